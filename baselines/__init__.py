@@ -1,0 +1,1 @@
+"""Measurement: the one kernel timer, noise control, statistics, telemetry and host microbenchmarks."""

@@ -1,0 +1,1 @@
+"""Host facts (NVML, sysfs, procfs, DMI), checks, profiles and journaled apply/restore (bottom layer)."""

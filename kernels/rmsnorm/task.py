@@ -1,0 +1,98 @@
+"""RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 and cast back to x's dtype.
+
+Inputs `(x, weight)`: x of shape (tokens, hidden), weight of shape (hidden,). The harness owns the
+shapes below; a candidate never chooses them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+EPS = 1e-6
+
+# Relative error norm ||out - ref|| / ||ref|| allowed against the float64 reference, per output dtype.
+TOLERANCE = {"bfloat16": 8e-3, "float16": 1.5e-3, "float32": 1e-5, "float64": 1e-12}
+
+_TOKENS_GPU = {
+    "decode": [1, 16, 64],
+    "prefill": [512, 4096],
+    "long": [32768, 131072],
+}
+_TOKENS_CPU = {"decode": [1, 7], "prefill": [64], "long": [512]}
+_WEIGHT = {"decode": 3.0, "prefill": 2.0, "long": 1.0}
+
+
+def _shapes(tokens_by_class: dict[str, list[int]], hiddens: list[int], dtype: str) -> list[dict]:
+    return [
+        {
+            "name": f"{cls}-{tokens}x{hidden}",
+            "class": cls,
+            "tokens": tokens,
+            "hidden": hidden,
+            "dtype": dtype,
+            "weight": _WEIGHT[cls],
+        }
+        for hidden in hiddens
+        for cls, token_list in tokens_by_class.items()
+        for tokens in token_list
+    ]
+
+
+SHAPES = {
+    "cuda": _shapes(_TOKENS_GPU, [4096, 7168], "bfloat16"),
+    "cpu": _shapes(_TOKENS_CPU, [256, 1000], "float32"),
+}
+
+# The dispatch table buckets shapes by this key (its value must be an int in every shape).
+BUCKET_KEY = "tokens"
+
+
+def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random inputs of order one, so relative error is meaningful and outputs are far from zero."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    dtype = getattr(torch, shape["dtype"])
+    x = torch.randn(shape["tokens"], shape["hidden"], generator=gen, dtype=torch.float32)
+    weight = 1.0 + 0.25 * torch.randn(shape["hidden"], generator=gen, dtype=torch.float32)
+    return x.to(device=device, dtype=dtype), weight.to(device=device, dtype=dtype)
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Exact math; the harness calls it on float64 copies of the inputs."""
+    xf = x.to(torch.float64)
+    rms = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + EPS)
+    return xf * rms * weight.to(torch.float64)
+
+
+def bytes_moved(shape: dict) -> int:
+    itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+    return itemsize * (2 * shape["tokens"] * shape["hidden"] + shape["hidden"])
+
+
+def flops(shape: dict) -> int:
+    return 4 * shape["tokens"] * shape["hidden"]
+
+
+def eager(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The usual PyTorch module code (Llama's RMSNorm)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+    return (xf * weight.float()).to(x.dtype)
+
+
+_compiled = None
+
+
+def compiled(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    global _compiled
+    if _compiled is None:
+        _compiled = torch.compile(eager, dynamic=False)
+    return _compiled(x, weight)
+
+
+PEERS = {"eager": eager, "torch.compile": compiled}
+
+# Candidates shipped with the task; the first one whose LANGUAGE runs on the device is the default.
+CANDIDATES = {"cuda": ["triton_rmsnorm.py", "torch_rmsnorm.py"], "cpu": ["torch_rmsnorm.py"]}
+
+# Library ops that implement the task: a candidate calling them is not a kernel.
+FORBIDDEN_OPS = ("rms_norm", "layer_norm", "group_norm", "batch_norm", "instance_norm", "normalize")

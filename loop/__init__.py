@@ -1,0 +1,1 @@
+"""The autoresearch loop: task loading, the evaluator and its worker, guards, proposers and the store."""

@@ -1,0 +1,283 @@
+"""The evaluator's parent side: static checks, then a worker process per evaluation with time and
+memory limits; whatever the worker does, the parent gets a verdict with stable reason codes.
+
+`verify` checks correctness only; `bench` also times the candidates and the peers, interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from baselines.stats import RatioInterval, ratio_interval, summarize
+from loop.guards import check_source
+from loop.reasons import Reason, reason
+from loop.tasks import Task
+
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_CPU_MEMORY_BYTES = 12 * 2**30
+
+
+@dataclass
+class CandidateSpec:
+    path: Path
+    params: dict = field(default_factory=dict)
+    label: str = "candidate"
+
+
+@dataclass
+class ShapeResult:
+    name: str
+    rel_err: float | None = None
+    blocks_s: list[float] = field(default_factory=list)
+    method: str | None = None
+    n_samples: int = 0
+
+    @property
+    def median_s(self) -> float | None:
+        return summarize(self.blocks_s).median if self.blocks_s else None
+
+
+@dataclass
+class Verdict:
+    label: str
+    kind: str
+    params: dict
+    accepted: bool
+    reasons: list[Reason]
+    shapes: dict[str, ShapeResult]
+    language: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "kind": self.kind,
+            "params": self.params,
+            "language": self.language,
+            "verdict": "accepted" if self.accepted else "rejected",
+            "reasons": [r.to_dict() for r in self.reasons],
+            "shapes": {name: asdict(s) for name, s in self.shapes.items()},
+        }
+
+
+@dataclass
+class Evaluation:
+    task: str
+    device: str
+    verdicts: list[Verdict]
+    ceilings: dict | None
+    seconds: float
+
+    def by_label(self, label: str) -> Verdict:
+        return next(v for v in self.verdicts if v.label == label)
+
+
+@dataclass
+class Limits:
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    cpu_memory_bytes: int = DEFAULT_CPU_MEMORY_BYTES
+    gpu_mem_fraction: float = 0.9
+
+
+def validate_params(path: Path, params: dict, space: dict | None) -> list[Reason]:
+    if not params:
+        return []
+    if space is None:
+        return [reason("bad-params", f"{path.name} has no PARAMS, but parameters were given")]
+    problems = []
+    for name, value in params.items():
+        if name not in space:
+            problems.append(
+                reason("bad-params", f"unknown parameter {name!r}; PARAMS has {sorted(space)}")
+            )
+        elif value not in space[name]:
+            problems.append(reason("bad-params", f"{name}={value!r} is not one of {space[name]!r}"))
+    return problems
+
+
+def read_params_space(source: str) -> dict | None:
+    """PARAMS as a literal, read from the syntax tree (the candidate is not imported here)."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "PARAMS" for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def static_verdict(task: Task, spec: CandidateSpec) -> tuple[str | None, list[Reason]]:
+    """Reasons found before any code runs: a missing file, static checks, bad parameters."""
+    try:
+        source = spec.path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [reason("missing-file", f"{spec.path}: {exc.strerror or exc}")]
+    forbidden = tuple(getattr(task.module, "FORBIDDEN_OPS", ()))
+    report = check_source(source, str(spec.path), forbidden)
+    if report.reasons:
+        return report.language, report.reasons
+    return report.language, validate_params(spec.path, spec.params, read_params_space(source))
+
+
+def language_runs_on(language: str | None, device: str) -> bool:
+    return device == "cuda" or language in ("torch", "triton")
+
+
+def evaluate(
+    task: Task,
+    candidates: list[CandidateSpec],
+    device: str,
+    *,
+    time_it: bool = False,
+    peers: list[str] | None = None,
+    shapes: list[str] | None = None,
+    rule: dict | None = None,
+    floor: dict | None = None,
+    limits: Limits | None = None,
+) -> Evaluation:
+    limits = limits or Limits()
+    started = time.monotonic()
+    pre: dict[str, tuple[str | None, list[Reason]]] = {}
+    to_run = []
+    for spec in candidates:
+        language, problems = static_verdict(task, spec)
+        if not problems and not language_runs_on(language, device):
+            problems = [
+                reason(
+                    "unsupported-device", f"LANGUAGE {language!r} needs a GPU; device is {device}"
+                )
+            ]
+        pre[spec.label] = (language, problems)
+        if not problems:
+            to_run.append(
+                {
+                    "label": spec.label,
+                    "path": str(spec.path.resolve()),
+                    "params": spec.params,
+                    "language": language,
+                }
+            )
+    request = {
+        "task": str(task.folder),
+        "device": device,
+        "secret": secrets.randbits(62),
+        "nonce": secrets.token_hex(16),
+        "candidates": to_run,
+        "peers": list(peers or []),
+        "shapes": shapes,
+        "time": time_it,
+        "rule": rule or {},
+        "floor": floor,
+        "gpu_mem_fraction": limits.gpu_mem_fraction,
+    }
+    worker_result, failure = (
+        _run_worker(request, device, limits) if (to_run or peers) else ({"runners": []}, None)
+    )
+    verdicts = []
+    runners = {r["label"]: r for r in worker_result.get("runners", [])}
+    for spec in candidates:
+        language, problems = pre[spec.label]
+        if problems:
+            verdicts.append(
+                Verdict(spec.label, "candidate", spec.params, False, problems, {}, language)
+            )
+            continue
+        verdicts.append(
+            _to_verdict(
+                runners.get(spec.label), spec.label, "candidate", spec.params, failure, language
+            )
+        )
+    for name in peers or []:
+        verdicts.append(_to_verdict(runners.get(name), name, "peer", {}, failure, None))
+    return Evaluation(
+        task.name,
+        device,
+        verdicts,
+        worker_result.get("ceilings"),
+        time.monotonic() - started,
+    )
+
+
+def _to_verdict(raw, label, kind, params, failure: Reason | None, language) -> Verdict:
+    if raw is None:
+        why = failure or reason("crash", "the worker returned no result for this candidate")
+        return Verdict(label, kind, params, False, [why], {}, language)
+    reasons = [Reason(r["code"], r["message"]) for r in raw["reasons"]]
+    shapes = {
+        name: ShapeResult(
+            name, s.get("rel_err"), s.get("blocks_s", []), s.get("method"), s.get("n_samples", 0)
+        )
+        for name, s in raw["shapes"].items()
+    }
+    return Verdict(label, kind, params, not reasons, reasons, shapes, language)
+
+
+def _limit_memory(nbytes: int):
+    def apply() -> None:
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+
+    return apply
+
+
+def _run_worker(request: dict, device: str, limits: Limits) -> tuple[dict, Reason | None]:
+    read_fd, write_fd = os.pipe()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_SECRET")}
+    # CUDA maps far more virtual memory than it uses, so an address-space limit only fits the CPU.
+    preexec = _limit_memory(limits.cpu_memory_bytes) if device == "cpu" else os.setsid
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loop.worker", str(write_fd)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        pass_fds=(write_fd,),
+        env=env,
+        cwd=str(Path(__file__).resolve().parent.parent),
+        preexec_fn=preexec,
+    )
+    os.close(write_fd)
+    timed_out = False
+    try:
+        _, stderr = proc.communicate(json.dumps(request).encode(), timeout=limits.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+    with os.fdopen(read_fd) as pipe:
+        raw = pipe.read()
+    tail = stderr.decode(errors="replace")[-800:]
+    if timed_out:
+        return {}, reason("timeout", f"the worker ran past {limits.timeout_s:.0f} s")
+    try:
+        result = json.loads(raw)
+    except json.JSONDecodeError:
+        if "MemoryError" in tail or "out of memory" in tail.lower() or proc.returncode == -9:
+            return {}, reason(
+                "out-of-memory", f"worker exited {proc.returncode}: {tail.strip()[-300:]}"
+            )
+        return {}, reason(
+            "crash", f"worker exited {proc.returncode} without a result: {tail.strip()[-300:]}"
+        )
+    if result.get("nonce") != request["nonce"]:
+        return {}, reason("crash", "the worker's result did not carry this evaluation's nonce")
+    if "error" in result:
+        return {}, reason("crash", f"harness error in the worker: {result['error']}")
+    return result, None
+
+
+def speedup(baseline: ShapeResult, candidate: ShapeResult) -> RatioInterval:
+    return ratio_interval(baseline.blocks_s, candidate.blocks_s)

@@ -1,0 +1,158 @@
+"""Kernel tasks: find a task folder by name or path and load its `task.py` into a `Task`.
+
+`kernels/` is a tree of folders loaded by path. From a source checkout it is the `kernels/` beside
+the packages; from a wheel it is the copy shipped as `loop/_tasks`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+REQUIRED = ("SHAPES", "TOLERANCE", "make_inputs", "reference", "bytes_moved", "flops", "PEERS")
+
+
+class TaskError(Exception):
+    """A task that cannot be found or does not follow the task contract."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    dims: dict
+    dtype: str
+    weight: float
+    shape_class: str
+    seed: int
+
+    def to_dict(self) -> dict:
+        return dict(self.dims)
+
+
+@dataclass
+class Task:
+    name: str
+    folder: Path
+    module: ModuleType
+    candidates: dict[str, list[str]] = field(default_factory=dict)
+
+    def shapes(self, device: str) -> list[Shape]:
+        key = "cuda" if device.startswith("cuda") else "cpu"
+        shapes = self.module.SHAPES[key]
+        return [
+            Shape(
+                name=s["name"],
+                dims=dict(s),
+                dtype=s["dtype"],
+                weight=float(s.get("weight", 1.0)),
+                shape_class=s.get("class", "default"),
+                seed=public_seed(self.name, s["name"]),
+            )
+            for s in shapes
+        ]
+
+    def tolerance(self, dtype: str) -> float:
+        return float(self.module.TOLERANCE[dtype])
+
+    def make_inputs(self, shape: Shape, seed: int, device: str) -> tuple:
+        inputs = self.module.make_inputs(shape.to_dict(), seed, device)
+        return tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
+
+    def reference(self, *inputs):
+        return self.module.reference(*inputs)
+
+    def bytes_moved(self, shape: Shape) -> int:
+        return int(self.module.bytes_moved(shape.to_dict()))
+
+    def flops(self, shape: Shape) -> int:
+        return int(self.module.flops(shape.to_dict()))
+
+    @property
+    def peers(self) -> dict[str, Callable]:
+        return dict(self.module.PEERS)
+
+    @property
+    def bucket_key(self) -> str | None:
+        return getattr(self.module, "BUCKET_KEY", None)
+
+    def candidate_paths(self, device: str) -> list[Path]:
+        key = "cuda" if device.startswith("cuda") else "cpu"
+        return [self.folder / name for name in self.candidates.get(key, [])]
+
+    def file_hashes(self) -> dict[str, str]:
+        """sha256 of every file of the task folder except candidates (the workspace lock)."""
+        out = {}
+        for path in sorted(self.folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                out[str(path.relative_to(self.folder))] = hashlib.sha256(
+                    path.read_bytes()
+                ).hexdigest()
+        return out
+
+
+def public_seed(task: str, shape: str) -> int:
+    digest = hashlib.sha256(f"{task}/{shape}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def kernels_root() -> Path:
+    """The folder holding the task folders (source checkout first, then the wheel's copy)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "kernels", here / "_tasks"):
+        if candidate.is_dir():
+            return candidate
+    raise TaskError(f"no kernels folder found beside {here}")
+
+
+def available_tasks() -> list[str]:
+    root = kernels_root()
+    return sorted(p.name for p in root.iterdir() if (p / "task.py").is_file())
+
+
+def resolve_task_folder(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.is_dir():
+        if not (path / "task.py").is_file():
+            raise TaskError(f"{path} has no task.py: not a task folder")
+        return path.resolve()
+    if path.name == "task.py" and path.is_file():
+        return path.parent.resolve()
+    folder = kernels_root() / str(name_or_path)
+    if (folder / "task.py").is_file():
+        return folder.resolve()
+    known = ", ".join(available_tasks()) or "none"
+    raise TaskError(
+        f"unknown task {str(name_or_path)!r}: known tasks are {known}, or give a folder"
+    )
+
+
+def load_task(name_or_path: str | Path) -> Task:
+    folder = resolve_task_folder(name_or_path)
+    module_name = (
+        f"autotune_task_{folder.name}_{hashlib.sha1(str(folder).encode()).hexdigest()[:8]}"
+    )
+    if module_name in sys.modules:
+        module = sys.modules[module_name]
+    else:
+        spec = importlib.util.spec_from_file_location(module_name, folder / "task.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # a broken task file is reported, not raised as a traceback
+            raise TaskError(f"{folder / 'task.py'} failed to load: {exc!r}") from exc
+        sys.modules[module_name] = module
+    missing = [name for name in REQUIRED if not hasattr(module, name)]
+    if missing:
+        raise TaskError(f"{folder / 'task.py'} lacks {', '.join(missing)} (task contract)")
+    return Task(
+        name=folder.name,
+        folder=folder,
+        module=module,
+        candidates=dict(getattr(module, "CANDIDATES", {})),
+    )

@@ -1,0 +1,5 @@
+LANGUAGE = "torch"
+
+
+def kernel(x, weight):
+    raise RuntimeError("boom")
