@@ -361,7 +361,11 @@ def _peers(task, device: str, asked: tuple[str, ...]) -> list[str]:
             raise UsageFailure(f"unknown peer(s) {unknown}; {task.name} has {available}")
         return list(asked)
     # torch.compile needs minutes of compilation per shape on a small CPU: opt in with --peer.
-    return available if device == "cuda" else [p for p in available if p != "torch.compile"]
+    return (
+        available
+        if device == "cuda"
+        else [p for p in available if not p.startswith("torch.compile")]
+    )
 
 
 def _print_verdict(data: dict, as_json: bool) -> None:

@@ -204,7 +204,7 @@ def loop_section(
 
     paths = task.candidate_paths(device)
     candidate = paths[0]
-    peers = [p for p in task.peers if device == "cuda" or p != "torch.compile"]
+    peers = [p for p in task.peers if device == "cuda" or not p.startswith("torch.compile")]
     cfg_loop = LoopConfig(
         task,
         candidate,

@@ -79,8 +79,8 @@ class TelemetrySampler:
         self.index = index
         self.period_s = period_s
         self.error: str | None = None
-        self._all: list[Telemetry] = []
-        self._window_start = 0
+        self.sample_count = 0
+        self._window: list[Telemetry] = []  # only the open window is kept: memory stays bounded
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,7 +100,8 @@ class TelemetrySampler:
     def _read(self) -> None:
         sample = read_telemetry(self.backend, self.index)
         with self._lock:
-            self._all.append(sample)
+            self._window.append(sample)
+            self.sample_count += 1
 
     def _run(self) -> None:
         try:
@@ -110,23 +111,12 @@ class TelemetrySampler:
         except Exception as exc:  # a dying driver must not take the measurement down with it
             self.error = f"{type(exc).__name__}: {exc}"
 
-    @property
-    def samples(self) -> list[Telemetry]:
-        """Every sample since the sampler was made."""
-        with self._lock:
-            return list(self._all)
-
     def take(self) -> BlockTelemetry:
         """Summary of the samples since the previous `take()` (or the start), plus one read now."""
         self._read()
         with self._lock:
-            window = self._all[self._window_start :]
-            self._window_start = len(self._all)
+            window, self._window = self._window, []
         return summarize_samples(window)
-
-    def summary(self) -> BlockTelemetry:
-        """Summary of every sample so far."""
-        return summarize_samples(self.samples)
 
 
 def block_is_clean(

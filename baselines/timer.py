@@ -76,7 +76,6 @@ class GpuTimer:
         l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
         self.flush_l2 = flush_l2
         self._flush = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
-        self._pool = torch.cuda.graph_pool_handle()
         self._cudart = _load_cudart()
 
     def reset_persisting_l2(self) -> bool:
@@ -95,7 +94,9 @@ class GpuTimer:
             torch.cuda.current_stream(self.device).wait_stream(side)
             _synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # A private pool per graph: a pool shared by graphs that are later freed can trip
+            # torch's allocator (use_count assert) on the next capture.
+            with torch.cuda.graph(graph):
                 out = fn()
             _synchronize(self.device)
         except Exception as exc:

@@ -1,8 +1,10 @@
-"""The real NVML backend (pynvml), read-only for now.
+"""The real NVML backend (pynvml).
 
 Every getter that fails (NVMLError, a function the installed pynvml or driver
-lacks) gives a `Reading` with value None and the reason. The write methods
-refuse: this backend never changes a GPU until the journaled apply path exists.
+lacks) gives a `Reading` with value None and the reason. Writes refuse unless the
+backend was opened with `writable=True` (`probe_nvml(writable=True)`), which only
+the journaled apply path (`autotune host apply --apply`, `host restore`) does;
+NVML errors of a write become `NvmlError` subclasses naming the setting.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from host_tuning.nvml_base import (
     DEVICE_FIELDS,
     SYSTEM_FIELDS,
     NvmlError,
+    NvmlNotSupportedError,
     NvmlPermissionError,
+    NvmlValueError,
     Reading,
     check_field,
     check_index,
@@ -162,8 +166,9 @@ class RealNvml:
 
     kind = "real"
 
-    def __init__(self, nv: Any) -> None:
+    def __init__(self, nv: Any, *, writable: bool = False) -> None:
         self._nv = nv
+        self.writable = writable
         self._getters = _getters(nv)
         self._handles: dict[int, Any] = {}
         self._count: int | None = None
@@ -226,41 +231,70 @@ class RealNvml:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _refuse(self, what: str) -> None:
-        raise NvmlPermissionError(
-            f"{what}: the real NVML backend is read-only; changes go through the journaled "
-            "apply path (host apply), tested on the simulated device"
-        )
+    def _write(self, what: str, index: int, call: str, *args: Any) -> None:
+        """Run pynvml `call` on GPU `index`; NVML's refusal becomes an NvmlError naming `what`."""
+        if not self.writable:
+            raise NvmlPermissionError(
+                f"{what}: this NVML backend is read-only; changes go through the journaled "
+                "apply path (autotune host apply --apply), which opens it writable"
+            )
+        check_index(index, self.device_count())
+        try:
+            getattr(self._nv, call)(self._handle(index), *args)
+        except AttributeError as err:
+            raise NvmlNotSupportedError(f"{what}: {_reason(err)}") from err
+        except self._nv.NVMLError as err:
+            raise _write_error(self._nv, what, err) from err
 
     def set_persistence_mode(self, index: int, enabled: bool) -> None:
-        self._refuse("persistence_mode")
+        state = self._nv.NVML_FEATURE_ENABLED if enabled else self._nv.NVML_FEATURE_DISABLED
+        self._write("persistence_mode", index, "nvmlDeviceSetPersistenceMode", state)
 
     def set_power_limit(self, index: int, milliwatts: int) -> None:
-        self._refuse("power_limit_mw")
+        self._write("power_limit_mw", index, "nvmlDeviceSetPowerManagementLimit", milliwatts)
 
     def set_gpu_locked_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
-        self._refuse("gpu_locked_clocks")
+        self._write("gpu_locked_clocks", index, "nvmlDeviceSetGpuLockedClocks", min_mhz, max_mhz)
 
     def reset_gpu_locked_clocks(self, index: int) -> None:
-        self._refuse("gpu_locked_clocks")
+        self._write("gpu_locked_clocks", index, "nvmlDeviceResetGpuLockedClocks")
 
     def set_memory_locked_clocks(self, index: int, min_mhz: int, max_mhz: int) -> None:
-        self._refuse("memory_locked_clocks")
+        self._write(
+            "memory_locked_clocks", index, "nvmlDeviceSetMemoryLockedClocks", min_mhz, max_mhz
+        )
 
     def reset_memory_locked_clocks(self, index: int) -> None:
-        self._refuse("memory_locked_clocks")
+        self._write("memory_locked_clocks", index, "nvmlDeviceResetMemoryLockedClocks")
 
     def set_applications_clocks(self, index: int, memory_mhz: int, graphics_mhz: int) -> None:
-        self._refuse("applications_clocks")
+        self._write(
+            "applications_clocks",
+            index,
+            "nvmlDeviceSetApplicationsClocks",
+            memory_mhz,
+            graphics_mhz,
+        )
 
     def reset_applications_clocks(self, index: int) -> None:
-        self._refuse("applications_clocks")
+        self._write("applications_clocks", index, "nvmlDeviceResetApplicationsClocks")
 
     def set_gpc_clk_vf_offset(self, index: int, offset_mhz: int) -> None:
-        self._refuse("gpc_clk_vf_offset_mhz")
+        self._write("gpc_clk_vf_offset_mhz", index, "nvmlDeviceSetGpcClkVfOffset", offset_mhz)
 
     def set_mem_clk_vf_offset(self, index: int, offset_mhz: int) -> None:
-        self._refuse("mem_clk_vf_offset_mhz")
+        self._write("mem_clk_vf_offset_mhz", index, "nvmlDeviceSetMemClkVfOffset", offset_mhz)
+
+
+def _write_error(nv: Any, what: str, err: BaseException) -> NvmlError:
+    """The NvmlError subclass for an NVMLError of a setter."""
+    value = getattr(err, "value", None)
+    kinds = {
+        getattr(nv, "NVML_ERROR_NO_PERMISSION", -1): NvmlPermissionError,
+        getattr(nv, "NVML_ERROR_INVALID_ARGUMENT", -1): NvmlValueError,
+        getattr(nv, "NVML_ERROR_NOT_SUPPORTED", -1): NvmlNotSupportedError,
+    }
+    return kinds.get(value, NvmlError)(f"{what}: {_reason(err)}")
 
 
 def _reason(err: BaseException) -> str:
@@ -278,8 +312,12 @@ class NvmlProbe:
     reason: str | None
 
 
-def probe_nvml() -> NvmlProbe:
-    """Load NVML; never raises. The reason says what was missing (module, library, driver)."""
+def probe_nvml(*, writable: bool = False) -> NvmlProbe:
+    """Load NVML; never raises. The reason says what was missing (module, library, driver).
+
+    `writable=True` lets the backend's setters change the GPU: only for the
+    journaled apply/restore path, never for facts, checks or telemetry.
+    """
     try:
         import pynvml as nv
     except ImportError as err:
@@ -290,4 +328,4 @@ def probe_nvml() -> NvmlProbe:
         return NvmlProbe(None, f"NVML did not load: {err}")
     except OSError as err:
         return NvmlProbe(None, f"NVML did not load: {err}")
-    return NvmlProbe(RealNvml(nv), None)
+    return NvmlProbe(RealNvml(nv, writable=writable), None)

@@ -36,6 +36,7 @@ def test_sampler_collects_in_the_background(sim: SimulatedNvml) -> None:
         time.sleep(0.1)
         block = sampler.take()
     assert block.samples >= 2  # the thread sampled, and take() added one
+    assert sampler.sample_count == block.samples
     assert block.sm_clock_min_mhz == recorded(sim, "clock_sm_current_mhz")
     assert block.mem_clock_median_mhz == recorded(sim, "clock_memory_current_mhz")
     assert block.max_temperature_c == recorded(sim, "temperature_c")

@@ -1,0 +1,141 @@
+"""The command line as a user meets it: exit codes, --json, clear errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loop.tasks import kernels_root
+
+CANDIDATES = Path(__file__).resolve().parents[1] / "loop" / "candidates"
+
+
+def autotune(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "appliance", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_every_stage() -> None:
+    result = autotune("--help")
+    assert result.returncode == 0
+    for command in ("run", "host", "baseline", "verify", "bench", "loop", "report", "tasks"):
+        assert command in result.stdout
+
+
+def test_verify_accepts_an_honest_candidate_with_json() -> None:
+    result = autotune(
+        "verify", "rmsnorm", "torch_rmsnorm.py", "--params", '{"chunk_rows": 64}', "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "accepted" and data["reasons"] == []
+    assert data["device"] == "cpu" and data["params"] == {"chunk_rows": 64}
+
+
+def test_verify_rejects_with_reason_codes_and_exit_1() -> None:
+    result = autotune("verify", "rmsnorm", str(CANDIDATES / "returns_zeros.py"), "--json")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "rejected"
+    assert "constant-output" in {r["code"] for r in data["reasons"]}
+
+
+def test_task_given_as_a_folder_path() -> None:
+    folder = kernels_root() / "rmsnorm"
+    result = autotune("verify", str(folder), "torch_rmsnorm.py", "--json")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("verify", "no-such-task", "x.py"), "unknown task 'no-such-task'"),
+        (("verify", "rmsnorm", "missing.py"), "is not a file"),
+        (("verify", "rmsnorm", "torch_rmsnorm.py", "--params", "{oops"), "--params is not JSON"),
+        (("verify", "rmsnorm", "torch_rmsnorm.py", "--params", "[1]"), "must be a JSON object"),
+        (("bench", "rmsnorm", "torch_rmsnorm.py", "--shape", "huge"), "unknown shape"),
+        (("bench", "rmsnorm", "torch_rmsnorm.py", "--peer", "cudnn"), "unknown peer"),
+        (("report", "validate", "/nonexistent/report.json"), None),
+    ],
+)
+def test_bad_input_is_a_one_line_error_not_a_traceback(args, message) -> None:
+    result = autotune(*args)
+    assert "Traceback" not in result.stderr
+    if message is None:
+        assert result.returncode == 1 and "report.json" in result.stderr
+    else:
+        assert result.returncode == 2
+        assert message in result.stderr
+
+
+def test_candidate_with_syntax_error_is_rejected_with_its_code() -> None:
+    result = autotune("verify", "rmsnorm", str(CANDIDATES / "syntax_error.py"), "--json")
+    assert result.returncode == 1
+    assert [r["code"] for r in json.loads(result.stdout)["reasons"]] == ["syntax-error"]
+
+
+def test_unknown_params_are_rejected_naming_the_parameter() -> None:
+    result = autotune(
+        "verify", "rmsnorm", "torch_rmsnorm.py", "--params", '{"blocks": 2}', "--json"
+    )
+    assert result.returncode == 1
+    reasons = json.loads(result.stdout)["reasons"]
+    assert reasons[0]["code"] == "bad-params" and "'blocks'" in reasons[0]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_store_is_a_usage_error_as_user(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    result = autotune("loop", "rmsnorm", "--out", str(locked / "sub"))
+    assert result.returncode == 2 and "not writable" in result.stderr
+
+
+def test_unwritable_output_path_is_a_usage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    for args in (
+        ("loop", "rmsnorm", "--out", str(blocker / "sub")),
+        (
+            "loop",
+            "rmsnorm",
+            "--store",
+            f"sqlite:///{blocker}/store.db",
+            "--out",
+            str(tmp_path / "o"),
+        ),
+        ("run", "--out", str(blocker / "sub")),
+    ):
+        result = autotune(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert "error:" in result.stderr
+
+
+def test_tasks_lists_rmsnorm_as_json() -> None:
+    result = autotune("tasks", "--json")
+    rows = json.loads(result.stdout)
+    rmsnorm = next(r for r in rows if r["task"] == "rmsnorm")
+    assert "torch.compile" in rmsnorm["peers"]
+    assert any("131072" in s for s in rmsnorm["shapes"]["cuda"])
+
+
+def test_host_check_json_answers_without_a_gpu() -> None:
+    result = autotune("host", "check", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert isinstance(data["gpu_present"], bool)
+    assert all({"id", "status", "actual", "recommended"} <= set(c) for c in data["checks"])
+    assert {c["status"] for c in data["checks"]} <= {"pass", "warn", "fail", "unknown"}
