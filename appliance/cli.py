@@ -25,7 +25,6 @@ DEVICE = click.option(
     show_default=True,
     help="Where kernels run; auto picks the GPU when torch sees one.",
 )
-QUICK_RULE = {"samples_per_block": 5, "min_blocks": 4, "max_blocks": 10, "max_time_s": 0.5}
 JSON = click.option(
     "--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout."
 )
@@ -81,6 +80,7 @@ def run(
     trials: int | None,
     store_url: str | None,
     profile: str,
+    quick: bool,
     device: str,
     as_json: bool,
 ) -> None:
@@ -94,6 +94,7 @@ def run(
         store_url=store_url,
         profile=profile,
         device=device,
+        quick=quick,
     )
     result = run_pipeline(cfg, quiet=as_json)
     if as_json:
@@ -447,7 +448,7 @@ def loop(
     """Search a candidate's PARAMS with Optuna, keeping only measured, significant wins."""
     from appliance.devices import resolve_device
     from appliance.progress import loop_progress
-    from loop.driver import LoopConfig, LoopError, run_loop
+    from loop.driver import QUICK_RULE, LoopConfig, LoopError, run_loop
     from loop.store import StoreError, default_store_url
 
     the_task, spec = _candidate_args(task, candidate or _default_candidate(task, device), None)

@@ -15,7 +15,6 @@ from appliance.output import UsageFailure, console
 from appliance.progress import loop_progress
 
 DEFAULT_TRIALS = {"cpu": 6, "cuda": 18}
-CPU_RULE = {"samples_per_block": 5, "min_blocks": 4, "max_blocks": 10, "max_time_s": 0.5}
 
 
 @dataclass
@@ -26,6 +25,7 @@ class PipelineConfig:
     store_url: str | None = None
     profile: str = "stable"
     device: str = "auto"
+    quick: bool = False
 
 
 @dataclass
@@ -81,7 +81,7 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
             console.print("  nothing to change")
 
     _stage("3/5 baselines", quiet)
-    baselines = baseline_section(device, quiet)
+    baselines = baseline_section(device, quiet or False, quick=cfg.quick or device == "cpu")
 
     _stage("4/5 loop", quiet)
     task_sections, noise, loop_info = [], None, []
@@ -142,6 +142,8 @@ def reproduce_command(cfg: PipelineConfig, device: str) -> str:
         parts += ["--task", task]
     if cfg.trials:
         parts += ["--trials", str(cfg.trials)]
+    if cfg.quick:
+        parts.append("--quick")
     return shlex.join(parts)
 
 
@@ -178,7 +180,7 @@ def profile_section(name: str) -> dict:
     return {"name": name, "mode": "dry-run", "changes": [], "restored": None}
 
 
-def baseline_section(device: str, quiet: bool) -> dict:
+def baseline_section(device: str, quiet: bool, quick: bool) -> dict:
     from baselines.suite import run_suite
 
     result = run_suite(
@@ -199,7 +201,7 @@ def baseline_section(device: str, quiet: bool) -> dict:
 def loop_section(
     task, device: str, trials: int, cfg: PipelineConfig, quiet: bool
 ) -> tuple[dict, dict | None, dict]:
-    from loop.driver import LoopConfig, run_loop
+    from loop.driver import QUICK_RULE, LoopConfig, run_loop
     from loop.store import default_store_url
 
     paths = task.candidate_paths(device)
@@ -213,7 +215,7 @@ def loop_section(
         cfg.store_url or default_store_url(cfg.out_dir),
         cfg.out_dir,
         peers=peers,
-        rule=CPU_RULE if device == "cpu" else {},
+        rule=QUICK_RULE if device == "cpu" or cfg.quick else {},
     )
     with loop_progress(quiet=quiet) as on_event:
         result = run_loop(cfg_loop, on_event)

@@ -44,7 +44,7 @@ class StoppingRule:
     min_blocks: int = 5
     max_blocks: int = 40
     min_time_s: float = 0.0
-    max_time_s: float = 3.0
+    max_time_s: float = 1.0
     rel_halfwidth: float = 0.005
     warmup: int = 3
 

@@ -95,6 +95,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     JournalError,
     ApplyError,
     ApplyInterrupted,
+    NvmlError,
 )
 
 
@@ -409,7 +410,7 @@ def _undo(
     if journal is None or journal.closed:
         return [], []
     cpu_root = Path(journal.header.get("cpu_root") or REAL_ROOT)
-    restored, failures = [], []
+    restored, failures, unrecorded = [], [], []
     for entry in journal.pending:
         setting, _ = setting_for(entry.setting)
         try:
@@ -421,19 +422,32 @@ def _undo(
         if problem and not failed_setter:
             failures.append(f"{entry.setting}: {problem}")
             continue
-        record = {"event": "undone", "seq": entry.seq}
-        append_record(journal_path, record)
-        if on_record is not None:
-            on_record(record)
         note = "its setter had failed: nothing to undo" if failed_setter else ""
         if entry.seq not in journal.applied and not failed_setter:
             note = "journaled, not confirmed applied: put back anyway"
         restored.append(Change(entry.setting, entry.after, entry.before, "restored", note))
-    if not failures:
-        close_journal(journal_path, reason)
-        if on_record is not None:
-            on_record({"event": "close", "reason": reason})
+        try:
+            _record(journal_path, {"event": "undone", "seq": entry.seq}, on_record)
+        except JournalError as err:  # keep undoing: the settings matter more than the record
+            unrecorded.append(str(err))
+    if failures:
+        return restored, failures
+    try:
+        _record(journal_path, {"event": "close", "reason": reason}, on_record)
+    except JournalError as err:
+        unrecorded.append(str(err))
+    if unrecorded:
+        failures.append(
+            f"every setting is back, but the journal could not record it ({unrecorded[0]}); "
+            "a later restore only writes the same old values again"
+        )
     return restored, failures
+
+
+def _record(journal_path: Path, record: Record, on_record: OnRecord | None) -> None:
+    append_record(journal_path, record)
+    if on_record is not None:
+        on_record(record)
 
 
 def restore_journal(
@@ -538,6 +552,28 @@ def render_plan_table(
             row.get("note") or "",
         )
     return table
+
+
+def render_profiles_table(profiles: list[Profile]) -> Table:
+    """`autotune host profiles`: name, what it does, where it is."""
+    table = Table(title="Host profiles")
+    for column in ("name", "description", "file"):
+        table.add_column(column, overflow="fold")
+    for profile in profiles:
+        table.add_row(profile.name, profile.description, profile.source)
+    return table
+
+
+def report_section(
+    profile: str, changes: list[Change], *, applied: bool, restored: bool | None = None
+) -> dict[str, Any]:
+    """The report's `profile` object: mode "applied" or "dry-run", the changes, restored."""
+    return {
+        "name": profile,
+        "mode": "applied" if applied else "dry-run",
+        "changes": [c.to_dict() for c in changes],
+        "restored": restored if applied else None,
+    }
 
 
 # --- a simulated device that outlives its process ------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 from host_tuning.fact import Fact
 from host_tuning.facts import GpuFacts, HostFacts
 from host_tuning.families import OTHER, gpu_family
+from host_tuning.lspci import PcieCapabilityFacts
 from host_tuning.nvml_base import (
     COMPUTE_MODES,
     POWER_REASONS,
@@ -342,6 +343,103 @@ def _gpu_processes(gpu: GpuFacts, facts: HostFacts) -> Verdict:
     return Verdict("warn", len(procs.value), f"other processes use the GPU (pids {pids})")
 
 
+# --- PCIe capabilities (lspci, root) --------------------------------------------
+
+
+def _capabilities(gpu: GpuFacts, facts: HostFacts) -> Verdict | PcieCapabilityFacts:
+    caps = facts.pcie_capabilities_for(gpu.pci_address)
+    if caps is not None:
+        return caps
+    why = facts.lspci.reason or "this GPU is not on the PCI bus as sysfs lists it"
+    return Verdict("unknown", None, f"no lspci facts for this GPU: {why}")
+
+
+def _gpu_acs(gpu: GpuFacts, facts: HostFacts) -> Verdict:
+    if len(facts.gpus) < 2:
+        return Verdict("pass", "one GPU", "one GPU: ACS redirect only slows GPU peer-to-peer")
+    caps = _capabilities(gpu, facts)
+    if isinstance(caps, Verdict):
+        return caps
+    missing = _unknown(("ACS control of the bridges above the GPU", caps.acs_redirect))
+    if missing:
+        return missing
+    if not caps.acs_redirect.value:
+        bridges = len(caps.upstream.value or [])
+        return Verdict("pass", "no redirect", f"no ACS redirect on the {bridges} bridge(s) above")
+    actual = "; ".join(f"{b}: {', '.join(f)}" for b, f in caps.acs_redirect.value.items())
+    return Verdict(
+        "warn",
+        actual,
+        "ACS redirect on a bridge above the GPU: peer-to-peer traffic between GPUs detours "
+        "through the root complex (slower NCCL/P2P)",
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
+def _gpu_resizable_bar(gpu: GpuFacts, facts: HostFacts) -> Verdict:
+    bar1, memory = gpu.get("bar1_total_bytes"), gpu.get("memory_total_bytes")
+    caps = facts.pcie_capabilities_for(gpu.pci_address)
+    rebar = caps.resizable_bar if caps is not None else None
+    if bar1.known and memory.known and bar1.value >= memory.value:
+        return Verdict(
+            "pass", _gib(bar1.value), f"BAR1 maps the whole framebuffer ({_gib(memory.value)})"
+        )
+    if rebar is not None and rebar.known and rebar.value:
+        current, largest = rebar.value["current_bytes"], rebar.value["max_bytes"]
+        actual = f"BAR{rebar.value['bar']} {_gib(current)} (max {_gib(largest)})"
+        if current >= largest:
+            return Verdict("pass", actual, "the resizable BAR is at its largest size")
+        return Verdict(
+            "warn", actual, "Resizable BAR not at its largest size: enable it in the BIOS"
+        )
+    missing = _unknown(("BAR1 size", bar1), ("framebuffer size", memory))
+    if missing:
+        return missing
+    return Verdict(
+        "warn",
+        f"{_gib(bar1.value)} of {_gib(memory.value)}",
+        "BAR1 maps only part of the framebuffer: Resizable BAR or Above 4G Decoding is off "
+        "(affects peer-to-peer and RDMA mappings)",
+    )
+
+
+def _gpu_max_read_request(gpu: GpuFacts, facts: HostFacts) -> Verdict:
+    caps = _capabilities(gpu, facts)
+    if isinstance(caps, Verdict):
+        return caps
+    missing = _unknown(("PCIe MaxReadReq", caps.max_read_request))
+    if missing:
+        return missing
+    size = caps.max_read_request.value
+    if size >= 512:
+        return Verdict("pass", f"{size} bytes", f"MaxReadReq {size} bytes")
+    return Verdict(
+        "warn",
+        f"{size} bytes",
+        f"MaxReadReq {size} bytes: the GPU reads host memory in small requests "
+        "(slower host-to-device copies)",
+    )
+
+
+def _gpu_max_payload(gpu: GpuFacts, facts: HostFacts) -> Verdict:
+    caps = _capabilities(gpu, facts)
+    if isinstance(caps, Verdict):
+        return caps
+    used, able = caps.max_payload, caps.max_payload_supported
+    missing = _unknown(("PCIe MaxPayload", used), ("PCIe MaxPayload supported", able))
+    if missing:
+        return missing
+    actual = f"{used.value} bytes (GPU supports {able.value})"
+    if used.value >= min(256, able.value):
+        return Verdict("pass", actual, f"MaxPayload {used.value} bytes")
+    return Verdict(
+        "warn", actual, f"MaxPayload {used.value} bytes: a bridge or the BIOS caps the payload"
+    )
+
+
 # --- sysfs GPUs (no NVML) -------------------------------------------------------
 
 
@@ -572,6 +670,53 @@ RULES: tuple[Rule, ...] = (
         "reseat the GPU and riser; lower the link speed in the BIOS if errors persist",
         "bios",
         _gpu_pcie_replays,
+    ),
+    Rule(
+        "gpu.pcie_acs",
+        "No ACS redirect above the GPUs",
+        "gpu",
+        ("lspci -D -vvv: ACSCtl of the bridges above the GPU",),
+        {"*": "ReqRedir- CmpltRedir- on bridges above GPUs (hosts with 2+ GPUs)"},
+        "medium",
+        "disable ACS (or 'PCIe ACS Control') in the BIOS; or clear it at boot with "
+        "setpci -s <bridge> ECAP_ACS+6.w=0000 (only where IOMMU isolation between devices "
+        "is not needed)",
+        "bios",
+        _gpu_acs,
+    ),
+    Rule(
+        "gpu.resizable_bar",
+        "BAR1 maps the framebuffer (Resizable BAR)",
+        "gpu",
+        ("nvml:bar1_total_bytes", "nvml:memory_total_bytes", "lspci -D -vvv: Resizable BAR"),
+        {"*": "BAR1 at least the framebuffer size"},
+        "low",
+        "enable Above 4G Decoding and Resizable BAR in the BIOS",
+        "bios",
+        _gpu_resizable_bar,
+    ),
+    Rule(
+        "gpu.pcie_max_read_request",
+        "PCIe MaxReadReq",
+        "gpu",
+        ("lspci -D -vvv: DevCtl MaxReadReq",),
+        {"*": "512 bytes or more"},
+        "low",
+        "raise Max Read Request in the BIOS PCIe settings, or at boot with "
+        "setpci -s <gpu> CAP_EXP+8.w (bits 12-14)",
+        "bios",
+        _gpu_max_read_request,
+    ),
+    Rule(
+        "gpu.pcie_max_payload",
+        "PCIe MaxPayload",
+        "gpu",
+        ("lspci -D -vvv: DevCap/DevCtl MaxPayload",),
+        {"*": "256 bytes or the GPU's max"},
+        "low",
+        "set Max Payload Size to Auto/largest in the BIOS PCIe settings",
+        "bios",
+        _gpu_max_payload,
     ),
     Rule(
         "gpu.persistence",

@@ -2,11 +2,13 @@
 
 `gather_facts()` reads everything it can without root and never raises: what it
 cannot read is an unknown `Fact` with the reason. `root` is the filesystem root
-(a fake sysfs/procfs tree in tests); host tools only run when it is "/".
+(a fake sysfs/procfs tree in tests); host tools only run when it is "/". Two
+sources need root: PCIe capabilities (lspci -vvv) and BIOS details (dmidecode).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -27,6 +29,7 @@ from host_tuning.fact import (
     unknown,
 )
 from host_tuning.families import gpu_family
+from host_tuning.lspci import PcieCapabilityFacts, parse_lspci, pcie_capabilities, read_lspci
 from host_tuning.nvml_base import DEVICE_FIELDS, SYSTEM_FIELDS, NvmlBackend, NvmlError
 from host_tuning.nvml_real import probe_nvml
 from host_tuning.pci import PciDeviceFacts, nvidia_pci_devices, sysfs_address
@@ -131,6 +134,18 @@ class DmiFacts:
 
 
 @dataclass(frozen=True)
+class BiosFacts:
+    """The BIOS as `dmidecode -t bios` reports it (root only); DmiFacts has what sysfs shows."""
+
+    vendor: Fact
+    version: Fact
+    release_date: Fact
+    bios_revision: Fact
+    firmware_revision: Fact
+    smbios_version: Fact
+
+
+@dataclass(frozen=True)
 class HostFacts:
     root: str
     collected_at: float
@@ -144,6 +159,12 @@ class HostFacts:
     virtualization: VirtualizationFacts
     dmi: DmiFacts
     tools: dict[str, Fact] = field(default_factory=dict)
+    lspci: Fact = field(default_factory=lambda: unknown("not read"))  # devices lspci listed
+    pcie_capabilities: list[PcieCapabilityFacts] = field(default_factory=list)  # per GPU
+    bios: BiosFacts | None = None
+
+    def pcie_capabilities_for(self, address: str | None) -> PcieCapabilityFacts | None:
+        return next((c for c in self.pcie_capabilities if c.address == address), None)
 
     @property
     def pci_gpus(self) -> list[PciDeviceFacts]:
@@ -317,6 +338,53 @@ def _dmi(root: Path) -> DmiFacts:
     return DmiFacts(**{name: read_text(root, f"{DMI}/{name}") for name in names})
 
 
+DMIDECODE_BIOS = {
+    "vendor": "Vendor",
+    "version": "Version",
+    "release_date": "Release Date",
+    "bios_revision": "BIOS Revision",
+    "firmware_revision": "Firmware Revision",
+}
+
+
+def parse_dmidecode_bios(text: str) -> dict[str, str]:
+    """`dmidecode -t bios` text -> {"vendor": ..., "smbios_version": ...} (what it shows)."""
+    out: dict[str, str] = {}
+    smbios = re.search(r"^SMBIOS ([\d.]+) present", text, re.M)
+    if smbios:
+        out["smbios_version"] = smbios.group(1)
+    section = text.split("BIOS Information", 1)[1] if "BIOS Information" in text else ""
+    labels = {label: name for name, label in DMIDECODE_BIOS.items()}
+    for line in section.splitlines()[1:]:
+        if line and not line.startswith("\t"):
+            break  # the next structure
+        label, sep, value = line.strip().partition(":")
+        if sep and label in labels and labels[label] not in out:
+            out[labels[label]] = value.strip()
+    return out
+
+
+def _bios(root: Path) -> BiosFacts:
+    source = "dmidecode -t bios"
+    if root == REAL_ROOT and os.geteuid() != 0:
+        text = unknown(
+            "needs root: dmidecode reads the SMBIOS tables (sysfs dmi has vendor, version, date)",
+            source,
+        )
+    else:
+        text = run_tool(root, ["dmidecode", "-t", "bios"])
+    parsed = text.map(parse_dmidecode_bios)
+
+    def one(name: str) -> Fact:
+        if not parsed.known:
+            return parsed
+        if name in parsed.value:
+            return known(parsed.value[name], source)
+        return unknown(f"dmidecode shows no {name.replace('_', ' ')}", source)
+
+    return BiosFacts(**{name: one(name) for name in [*DMIDECODE_BIOS, "smbios_version"]})
+
+
 def _hypervisor_flag(text: str) -> bool:
     for line in text.splitlines():
         name, sep, value = line.partition(":")
@@ -415,6 +483,8 @@ def gather_facts(nvml: NvmlBackend | None = None, root: Path = REAL_ROOT) -> Hos
             opened.close()
     pci_devices, pci_bus = nvidia_pci_devices(root)
     dmi = _dmi(root)
+    lspci = read_lspci(root)
+    gpu_addresses = [d.address for d in pci_devices if d.is_gpu]
     return HostFacts(
         root=str(root),
         collected_at=time.time(),
@@ -428,4 +498,7 @@ def gather_facts(nvml: NvmlBackend | None = None, root: Path = REAL_ROOT) -> Hos
         virtualization=_virtualization(root, dmi),
         dmi=dmi,
         tools=_tools(root),
+        lspci=lspci.map(lambda text: len(parse_lspci(text))),
+        pcie_capabilities=pcie_capabilities(lspci, root, gpu_addresses),
+        bios=_bios(root),
     )

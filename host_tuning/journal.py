@@ -129,15 +129,18 @@ def _fsync_dir(path: Path) -> None:
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one record and fsync it; a line torn by an earlier crash is ended first."""
     line = json.dumps({**record, "time": time.time()}) + "\n"
-    with open(path, "a+b") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell():
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                line = "\n" + line
-        f.write(line.encode())
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode())
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise JournalError(f"cannot write journal {path}: {err.strerror or err}") from err
 
 
 def start_journal(path: Path, header: dict[str, Any]) -> None:
@@ -146,18 +149,20 @@ def start_journal(path: Path, header: dict[str, Any]) -> None:
     A closed earlier journal is kept as <name>.prev.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     existing = read_journal(path)
     if existing is not None and not existing.closed:
         raise JournalOpenError(open_message(existing))
-    if existing is not None:
-        os.replace(path, path.with_name(path.name + ".prev"))
     line = json.dumps({"event": "open", "format": FORMAT, **header, "time": time.time()})
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if existing is not None:
+            os.replace(path, path.with_name(path.name + ".prev"))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
     except FileExistsError:
         raced = read_journal(path)
         raise JournalOpenError(open_message(raced) if raced else f"{path} appeared") from None
+    except OSError as err:
+        raise JournalError(f"cannot create journal {path}: {err.strerror or err}") from err
     try:
         os.write(fd, (line + "\n").encode())
         os.fsync(fd)

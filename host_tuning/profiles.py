@@ -391,7 +391,11 @@ def plan(
     """
     changes: list[Change] = []
     if backend is not None:
-        indices = range(backend.device_count()) if index is None else [index]
+        count = backend.device_count()
+        if index is not None and not 0 <= index < count:
+            have = f"GPUs 0 to {count - 1}" if count else "no GPU"
+            raise ProfileError(f"no GPU {index}: NVML sees {have}")
+        indices = range(count) if index is None else [index]
         for i in indices:
             try:
                 changes += _plan_gpu(profile, backend, i, Path(cpu_root))

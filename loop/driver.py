@@ -21,6 +21,9 @@ from loop.tasks import Task
 
 Event = Callable[[str, dict], None]
 
+# Fewer, shorter timing blocks: wider intervals, for quick runs and small machines.
+QUICK_RULE = {"samples_per_block": 5, "min_blocks": 4, "max_blocks": 10, "max_time_s": 0.5}
+
 
 class LoopError(Exception):
     """The loop cannot go on (for example the incumbent itself fails verification)."""

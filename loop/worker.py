@@ -265,19 +265,22 @@ def _classify(exc: BaseException, where: str, reason, torch):
 
 
 def _time_shape(task, shape, runners, device, secret, rule, timer, ceilings, reason, torch) -> None:
+    """Every runner reads the same input buffers (so no runner gains from where its inputs
+    landed), timed interleaved; afterwards new values go into those buffers and each
+    candidate's timed path runs once more and is checked again."""
     from baselines import timer as timing
 
     live = [r for r in runners if r.ok]
-    bound = []  # (runner, inputs, block(n) -> samples, replay() -> outputs of the timed path)
-    for index, runner in enumerate(live):
-        inputs = task.make_inputs(shape, _mix(secret, shape.seed, 2 + index), device)
+    inputs = task.make_inputs(shape, _mix(secret, shape.seed, 2), device)
+    bound = []  # (runner, block(n) -> samples, replay() -> outputs of the timed path)
+    for runner in live:
         try:
             if device == "cuda":
-                graph, out = timer.capture(lambda r=runner, i=inputs: _call(r, i))
+                graph, out = timer.capture(lambda r=runner: _call(r, inputs))
                 block = lambda n, g=graph: timer.block(g, n)  # noqa: E731
                 replay = lambda g=graph, o=out: (g.replay(), torch.cuda.synchronize(), o)[2]  # noqa: E731
             else:
-                call = lambda r=runner, i=inputs: _call(r, i)  # noqa: E731
+                call = lambda r=runner: _call(r, inputs)  # noqa: E731
                 block = lambda n, c=call: timing.cpu_block(c, n)  # noqa: E731
                 replay = call
         except timing.CaptureError as exc:
@@ -286,17 +289,21 @@ def _time_shape(task, shape, runners, device, secret, rule, timer, ceilings, rea
         except Exception as exc:
             runner.reasons.append(_classify(exc, shape.name, reason, torch))
             continue
-        bound.append((runner, inputs, block, replay))
+        bound.append((runner, block, replay))
     if not bound:
         return
     try:
-        medians = timing.run_interleaved([b[2] for b in bound], rule)
+        medians = timing.run_interleaved([b[1] for b in bound], rule)
     except Exception as exc:
         for runner, *_ in bound:
             runner.reasons.append(_classify(exc, shape.name, reason, torch))
         return
     floor = ceilings.floor_s(task.bytes_moved(shape), task.flops(shape)) if ceilings else 0.0
-    for (runner, inputs, _, replay), blocks in zip(bound, medians, strict=True):
+    fresh = task.make_inputs(shape, _mix(secret, shape.seed, 99), device)
+    for buf, new in zip(inputs, fresh, strict=True):
+        buf.copy_(new)
+    refs = None
+    for (runner, _, replay), blocks in zip(bound, medians, strict=True):
         entry = runner.shapes.setdefault(shape.name, {})
         entry.update(
             blocks_s=blocks,
@@ -305,32 +312,27 @@ def _time_shape(task, shape, runners, device, secret, rule, timer, ceilings, rea
         )
         if runner.kind != "candidate":
             continue
-        fastest = min(blocks)
-        if fastest < floor:
+        if min(blocks) < floor:
             runner.reasons.append(
                 reason(
                     "faster-than-physics",
-                    f"{shape.name}: {fastest * 1e6:.2f} us is under the floor of {floor * 1e6:.2f} us",
+                    f"{shape.name}: {min(blocks) * 1e6:.2f} us is under the floor of {floor * 1e6:.2f} us",
                 )
             )
             continue
-        _reverify(
-            task, shape, runner, inputs, replay, device, _mix(secret, shape.seed, 99), reason, torch
-        )
+        refs = refs if refs is not None else _reference(task, fresh, torch)
+        _reverify(shape, runner, replay, refs, task, reason, torch)
 
 
-def _reverify(task, shape, runner, inputs, replay, device, seed, reason, torch) -> None:
-    """New values in the same input buffers, one more call of the timed path, compared again."""
-    fresh = task.make_inputs(shape, seed, device)
-    for buf, new in zip(inputs, fresh, strict=True):
-        buf.copy_(new)
+def _reverify(shape, runner, replay, refs, task, reason, torch) -> None:
+    """One more call of the timed path on the new values, compared with the reference."""
     try:
         outputs = replay()
     except Exception as exc:
         runner.reasons.append(_classify(exc, shape.name, reason, torch))
         return
     probe = Runner(runner.label, runner.kind, runner.fn)
-    if _check_outputs(task, shape, outputs, _reference(task, fresh, torch), probe, reason, torch):
+    if _check_outputs(task, shape, outputs, refs, probe, reason, torch):
         runner.reasons.append(
             reason("reverify-mismatch", f"after timing: {probe.reasons[0].message}")
         )

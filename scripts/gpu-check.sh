@@ -35,7 +35,7 @@ for stage in "$@"; do
         echo "host check rc=$?"
         ;;
     bench)
-        for params in '{"num_warps": 8, "rows_per_program": 1}' '{"num_warps": 16, "rows_per_program": 1}' '{"num_warps": 4, "rows_per_program": 2}'; do
+        for params in ${BENCH_PARAMS:-'{"num_warps": 8, "rows_per_program": 1, "x_eviction": "evict_first"}'}; do
             tag=$(echo "$params" | tr -dc '0-9_')
             autotune bench rmsnorm triton_rmsnorm.py --params "$params" \
                 --shape long-32768x7168 --shape long-131072x4096 --shape prefill-4096x4096 --shape decode-16x7168 \
@@ -44,7 +44,7 @@ for stage in "$@"; do
         done
         ;;
     run)
-        autotune run --out "$OUT/run" ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
+        timeout "${RUN_TIMEOUT:-3000}" python3 -m appliance run --out "$OUT/run" ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
         ;;
     esac
 done

@@ -16,6 +16,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from jsonschema import Draft202012Validator
 
 from host_tuning.apply import (
     USER_ERRORS,
@@ -27,16 +28,19 @@ from host_tuning.apply import (
     format_value,
     profile_applied,
     render_plan_table,
+    render_profiles_table,
+    report_section,
     restore_journal,
 )
 from host_tuning.journal import JournalError, JournalOpenError, read_journal
 from host_tuning.nvml import NvmlBackend, RealNvml, SimulatedNvml, read_all
-from host_tuning.profiles import ProfileError, load_profile, plan
+from host_tuning.profiles import ProfileError, list_profiles, load_profile, plan
 from tests.host_tuning.fake_host import lay_out
 
 H200 = "h200-passthrough-vm"
 RTX = "rtx4090-consumer"
 REPO = Path(__file__).resolve().parents[2]
+REPORT_SCHEMA = REPO / "appliance" / "report" / "schemas" / "report-v1.schema.json"
 CPU = "/sys/devices/system/cpu"
 GOVERNORS = [f"{CPU}/cpu{n}/cpufreq/scaling_governor" for n in (0, 1)]
 BOOST = f"{CPU}/cpufreq/boost"
@@ -142,6 +146,19 @@ def test_out_of_range_is_refused_before_anything_is_written(cpu_root: Path, tmp_
         apply_profile(load_profile(profile_path), nvml, journal, cpu_root=cpu_root)
     assert not journal.exists()
     assert device_state(nvml) == original(H200)
+    assert cpu_state(cpu_root)[GOVERNORS[0]] == "powersave"
+
+
+def test_an_unwritable_journal_or_a_missing_gpu_changes_nothing(
+    cpu_root: Path, tmp_path: Path
+) -> None:
+    nvml = SimulatedNvml.from_fixture(RTX)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(JournalError, match=r"journal .*a-file/j\.jsonl: Not a directory"):
+        apply_profile(load_profile("max"), nvml, tmp_path / "a-file" / "j.jsonl", cpu_root=cpu_root)
+    with pytest.raises(ProfileError, match="no GPU 1: NVML sees GPUs 0 to 0"):
+        apply_profile(load_profile("max"), nvml, tmp_path / "j.jsonl", index=1, cpu_root=cpu_root)
+    assert device_state(nvml) == original(RTX)
     assert cpu_state(cpu_root)[GOVERNORS[0]] == "powersave"
 
 
@@ -276,6 +293,23 @@ def test_cli_helpers_show_the_plan(cpu_root: Path) -> None:
     assert format_value("cpu.boost", True) == "on"
     assert format_value("gpu0.locked_clocks_mhz", None) == "?"
     assert ApplyInterrupted in USER_ERRORS and ProfileError in USER_ERRORS
+    assert render_profiles_table(list_profiles()).row_count == len(list_profiles())
+
+
+@pytest.mark.skipif(not REPORT_SCHEMA.exists(), reason="report schema not in this checkout")
+def test_report_sections_fit_the_report_schema(cpu_root: Path, tmp_path: Path) -> None:
+    schema = json.loads(REPORT_SCHEMA.read_text())
+    validator = Draft202012Validator({**schema["$defs"]["profile"], "$defs": schema["$defs"]})
+    nvml = SimulatedNvml.from_fixture(RTX)
+    dry = report_section("max", plan(load_profile("max"), nvml, cpu_root=cpu_root), applied=False)
+    result = apply_profile(load_profile("max"), nvml, tmp_path / "j.jsonl", cpu_root=cpu_root)
+    done = report_section("max", result.changes, applied=True, restored=True)
+    undone = restore_journal(tmp_path / "j.jsonl", nvml).changes
+    back = report_section("max", undone, applied=True, restored=True)
+    for section in (dry, done, back):
+        assert not list(validator.iter_errors(section)), section
+    assert dry["mode"] == "dry-run" and dry["restored"] is None
+    assert {c["status"] for c in done["changes"]} == {"applied"}
 
 
 # --- across processes: the simulated device persists in a state file --------------

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from host_tuning.nvml import SimulatedNvml, read_all
+from host_tuning.nvml import SimulatedNvml, probe_nvml, read_all
 from host_tuning.profiles import (
     PROFILES_DIR,
     SCHEMA_PATH,
@@ -24,6 +24,8 @@ from host_tuning.profiles import (
 )
 from tests.host_tuning.fake_host import lay_out
 
+torch = pytest.importorskip("torch")
+HAS_GPU = torch.cuda.is_available()
 H200 = "h200-passthrough-vm"
 RTX = "rtx4090-consumer"
 REPO = Path(__file__).resolve().parents[2]
@@ -247,3 +249,27 @@ def test_profile_is_plain_data() -> None:
     assert isinstance(profile, Profile)
     assert profile.sustained_clocks_mhz["H100/H200"] == 1755
     assert profile.gpu_setting("A100", "power_limit_w") == ("default", "profile.gpu.power_limit_w")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+def test_dry_run_on_the_real_gpu_resolves_and_changes_nothing(tmp_path: Path) -> None:
+    probe = probe_nvml()  # read-only: its setters refuse, whatever a plan does
+    assert probe.backend is not None, probe.reason
+    watched = ("power_limit_mw", "persistence_mode")
+    with probe.backend as nvml:
+        assert not nvml.writable
+        before = {f: nvml.read(0, f).value for f in watched}
+        supported = nvml.read(0, "supported_graphics_clocks_mhz").value
+        graphics = {c for clocks in supported.values() for c in clocks}
+        lo_mw, hi_mw = nvml.read(0, "power_limit_constraints_mw").value
+        for profile in list_profiles():
+            for change in plan(profile, nvml, cpu_root=tmp_path):
+                assert change.status in ("planned", "skipped"), change
+                if change.status == "planned" and change.setting.endswith(".locked_clocks_mhz"):
+                    assert set(change.after) <= graphics
+                if change.status == "planned" and change.setting.endswith("power_limit_w"):
+                    assert lo_mw <= change.after * 1000 <= hi_mw
+        after = {f: nvml.read(0, f).value for f in watched}
+    assert after["power_limit_mw"] == before["power_limit_mw"]
+    assert after["persistence_mode"] == before["persistence_mode"]
