@@ -35,7 +35,8 @@ for stage in "$@"; do
         echo "host check rc=$?"
         ;;
     bench)
-        for params in ${BENCH_PARAMS:-{"num_warps":8,"rows_per_program":1,"x_eviction":"evict_first"}}; do
+        default='{"num_warps":8,"rows_per_program":1,"x_eviction":"evict_first"}'
+        for params in ${BENCH_PARAMS:-$default}; do
             tag=$(echo "$params" | tr -dc '0-9_')
             autotune bench rmsnorm triton_rmsnorm.py --params "$params" \
                 --shape long-32768x7168 --shape long-131072x4096 --shape prefill-4096x4096 --shape decode-16x7168 \
