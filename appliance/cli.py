@@ -72,6 +72,7 @@ def main(ctx: click.Context) -> None:
 @click.option(
     "--profile", default="stable", show_default=True, help="Host profile to plan (dry run)."
 )
+@click.option("--quick", is_flag=True, help="Fewer timing blocks per decision and a quick baseline suite.")
 @DEVICE
 @JSON
 def run(
