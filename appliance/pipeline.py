@@ -61,6 +61,8 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
     if not quiet:
         console.print(note)
 
+    profile = profile_section(cfg.profile)
+
     _stage("1/5 host check", quiet)
     host = host_section()
     if not quiet:
@@ -71,7 +73,6 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
         console.print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
     _stage("2/5 profile plan (dry run)", quiet)
-    profile = profile_section(cfg.profile)
     if not quiet:
         for change in profile["changes"]:
             console.print(
@@ -177,7 +178,16 @@ def host_section() -> dict:
 
 
 def profile_section(name: str) -> dict:
-    return {"name": name, "mode": "dry-run", "changes": [], "restored": None}
+    """The profile's plan against this host, never applied by the pipeline (a dry run)."""
+    from host_tuning.apply import report_section
+    from host_tuning.nvml import probe_nvml
+    from host_tuning.profiles import ProfileError, load_profile, plan
+
+    try:
+        profile = load_profile(name)
+    except ProfileError as exc:
+        raise UsageFailure(str(exc)) from exc
+    return report_section(profile.name, plan(profile, probe_nvml().backend, None), applied=False)
 
 
 def baseline_section(device: str, quiet: bool, quick: bool) -> dict:
