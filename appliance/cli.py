@@ -273,19 +273,27 @@ def baseline(
         console.print(render_result(result))
 
 
-@baseline.command("compare")
-@click.argument("a", type=click.Path(path_type=Path))
-@click.argument("b", type=click.Path(path_type=Path))
+@baseline.command("compare", epilog=EXIT_CODES_HELP)
+@click.argument("a")
+@click.argument("b")
 @JSON
-def baseline_compare(a: Path, b: Path, as_json: bool) -> None:
-    """Per-metric ratios of two baseline files (for example bare metal against a VM)."""
-    from baselines.compare import compare_baselines, render_comparison
+def baseline_compare(a: str, b: str, as_json: bool) -> None:
+    """Per-metric ratios of two baselines (for example bare metal against a VM).
 
-    cmp = compare_baselines(_read_json(a), _read_json(b))
+    A and B are files written by `autotune baseline --out`, or the name of a shipped reference
+    (`h200-kvm-passthrough`: the lent H200, a KVM guest with the GPU passed through).
+    """
+    from baselines.compare import compare_baselines, read_baseline, render_comparison
+
+    try:
+        cmp = compare_baselines(read_baseline(a), read_baseline(b))
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from exc
     if as_json:
         emit_json(cmp.to_dict())
     else:
         console.print(render_comparison(cmp))
+        console.print(cmp.summary)
 
 
 # ---------------------------------------------------------------- verify / bench

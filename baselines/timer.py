@@ -49,13 +49,25 @@ class StoppingRule:
     warmup: int = 3
 
 
+_OWN = {
+    name: globals()[name] for name in ("_perf_counter", "_Event", "_synchronize", "_graph_replay")
+}
+_OWN_IDS = {name: id(value) for name, value in _OWN.items()}
+
+
 def tampered() -> list[str]:
-    """Names of the timing functions that no longer are what they were at import."""
-    return [
+    """Names of the timing functions that no longer are what they were at import: the library
+    attributes and this module's own bound copies."""
+    changed = [
         f"{getattr(owner, '__name__', owner)}.{name}"
         for (owner, name), bound in _BOUND.items()
         if getattr(owner, name, None) is not bound
     ]
+    mine = globals()
+    changed += [
+        f"{__name__}.{name}" for name, ident in _OWN_IDS.items() if id(mine.get(name)) != ident
+    ]
+    return changed
 
 
 def _load_cudart() -> ctypes.CDLL | None:

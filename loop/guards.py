@@ -23,7 +23,6 @@ ALLOWED_MODULES = {
     "math",
     "functools",
     "itertools",
-    "operator",
     "typing",
     "dataclasses",
     "enum",
@@ -88,6 +87,15 @@ FORBIDDEN_ATTRIBUTES = {
     "allow_tf32": "changing precision flags",
     "set_float32_matmul_precision": "changing precision flags",
     "use_deterministic_algorithms": "changing determinism flags",
+    "sys": "reaching the interpreter's module table",
+    "os": "reaching the operating system",
+    "modules": "reaching loaded modules",
+    "_exit": "ending the worker",
+    "__setattr__": "dynamic attribute assignment",
+    "__getattribute__": "dynamic attribute access",
+    "__delattr__": "dynamic attribute deletion",
+    "tb_frame": "frame access",
+    "__traceback__": "frame access",
 }
 
 
@@ -183,7 +191,11 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 )
             for alias in node.names:
                 aliases[alias.asname or alias.name] = top
-                if alias.name in FORBIDDEN_ATTRIBUTES or alias.name in forbidden_ops:
+                if alias.name in forbidden_ops:
+                    reasons.append(
+                        reason("calls-reference", f"line {node.lineno}: imports {alias.name}")
+                    )
+                elif alias.name in FORBIDDEN_ATTRIBUTES:
                     reasons.append(
                         reason("forbidden-call", f"line {node.lineno}: imports {alias.name}")
                     )

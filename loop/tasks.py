@@ -40,6 +40,13 @@ class Task:
     folder: Path
     module: ModuleType
     candidates: dict[str, list[str]] = field(default_factory=dict)
+    # Bound when the task loads, before any candidate: patching the module later changes nothing.
+    _reference: Callable | None = None
+    _make_inputs: Callable | None = None
+
+    def __post_init__(self) -> None:
+        self._reference = self.module.reference
+        self._make_inputs = self.module.make_inputs
 
     def shapes(self, device: str) -> list[Shape]:
         key = "cuda" if device.startswith("cuda") else "cpu"
@@ -60,11 +67,11 @@ class Task:
         return float(self.module.TOLERANCE[dtype])
 
     def make_inputs(self, shape: Shape, seed: int, device: str) -> tuple:
-        inputs = self.module.make_inputs(shape.to_dict(), seed, device)
+        inputs = self._make_inputs(shape.to_dict(), seed, device)
         return tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
 
     def reference(self, *inputs):
-        return self.module.reference(*inputs)
+        return self._reference(*inputs)
 
     def bytes_moved(self, shape: Shape) -> int:
         return int(self.module.bytes_moved(shape.to_dict()))

@@ -139,3 +139,16 @@ def test_host_check_json_answers_without_a_gpu() -> None:
     assert isinstance(data["gpu_present"], bool)
     assert all({"id", "status", "actual", "recommended"} <= set(c) for c in data["checks"])
     assert {c["status"] for c in data["checks"]} <= {"pass", "warn", "fail", "unknown"}
+
+
+def test_baseline_to_file_then_compare_with_the_shipped_h200(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.json"
+    result = autotune("baseline", "--quick", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["metrics"] == json.loads(out.read_text())["metrics"]
+    cmp = autotune("baseline", "compare", str(out), "h200-kvm-passthrough", "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    data = json.loads(cmp.stdout)
+    assert "host memory bandwidth" in data["summary"]
+    missing = autotune("baseline", "compare", str(tmp_path / "absent.json"), "h200-kvm-passthrough")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
