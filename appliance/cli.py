@@ -15,6 +15,7 @@ from appliance.output import (
     UsageFailure,
     console,
     emit_json,
+    ensure_writable_dir,
     fmt_time,
 )
 
@@ -394,26 +395,24 @@ def bench(
     the_task, spec = _candidate_args(task, candidate, params)
     dev, _ = resolve_device(device)
     chosen = _peers(the_task, dev, peers)
-    known = {s.name for s in the_task.shapes(dev)}
-    unknown = [s for s in shapes if s not in known]
-    if unknown:
-        raise UsageFailure(
-            f"unknown shape(s) {unknown}; {the_task.name} on {dev} has {sorted(known)}"
-        )
+    _check_shapes(the_task, dev, shapes)
     ev = evaluate(the_task, [spec], dev, time_it=True, peers=chosen, shapes=list(shapes) or None)
     verdict = ev.by_label("candidate")
     rows = []
     for name, result in verdict.shapes.items():
-        row = {"shape": name, "candidate_s": result.median_s, "peers": {}}
-        best = None
-        for peer in (v for v in ev.verdicts if v.kind == "peer" and name in v.shapes):
-            p = peer.shapes[name]
-            row["peers"][peer.label] = p.median_s
-            if p.blocks_s and (best is None or p.median_s < best[1].median_s):
-                best = (peer.label, p)
+        row = {
+            "shape": name,
+            "candidate_s": result.median_s,
+            "peers": {
+                v.label: v.shapes[name].median_s
+                for v in ev.verdicts
+                if v.kind == "peer" and name in v.shapes
+            },
+        }
+        best = ev.best_peer(name)
         if best and result.blocks_s:
-            interval = ratio_interval(best[1].blocks_s, result.blocks_s)
-            row["best_peer"] = best[0]
+            interval = ratio_interval(best.shapes[name].blocks_s, result.blocks_s)
+            row["best_peer"] = best.label
             row["speedup_vs_best_peer"] = interval.to_dict()
         rows.append(row)
     data = {
@@ -469,12 +468,7 @@ def _peers(task, device: str, asked: tuple[str, ...]) -> list[str]:
         if unknown:
             raise UsageFailure(f"unknown peer(s) {unknown}; {task.name} has {available}")
         return list(asked)
-    # torch.compile needs minutes of compilation per shape on a small CPU: opt in with --peer.
-    return (
-        available
-        if device == "cuda"
-        else [p for p in available if not p.startswith("torch.compile")]
-    )
+    return task.default_peers(device)
 
 
 def _print_verdict(data: dict, as_json: bool) -> None:
@@ -561,7 +555,7 @@ def loop(
 
     the_task, spec = _candidate_args(task, candidate or _default_candidate(task, device), None)
     dev, note = resolve_device(device)
-    _check_writable_dir(out_dir, "--out")
+    ensure_writable_dir(out_dir, "--out")
     _check_shapes(the_task, dev, shapes)
     cfg = LoopConfig(
         the_task,
@@ -667,28 +661,9 @@ def tasks(as_json: bool) -> None:
 # ---------------------------------------------------------------- helpers
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise UsageFailure(f"cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageFailure(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
-
-
 def _write_json(path: Path, data: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=2))
     except OSError as exc:
         raise UsageFailure(f"cannot write {path}: {exc.strerror}") from exc
-
-
-def _check_writable_dir(path: Path, option: str) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".autotune-write-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageFailure(f"{option} {path} is not writable: {exc.strerror}") from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,6 +32,17 @@ class UsageFailure(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
+
+
+def ensure_writable_dir(path: Path, option: str) -> None:
+    """Create `path` if needed and prove it writable, or fail as bad input naming the option."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".autotune-write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageFailure(f"{option} {path} is not writable: {exc.strerror}") from exc
 
 
 def emit_json(data: Any) -> None:

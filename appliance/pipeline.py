@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from appliance.devices import resolve_device
-from appliance.output import UsageFailure, console
+from appliance.output import UsageFailure, console, ensure_writable_dir
 from appliance.progress import loop_progress
 
 DEFAULT_TRIALS = {"cpu": 6, "cuda": 18}
@@ -47,12 +47,7 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
     from loop.tasks import TaskError, available_tasks, load_task
 
     started = time.monotonic()
-    try:
-        cfg.out_dir.mkdir(parents=True, exist_ok=True)
-        (cfg.out_dir / ".write-probe").write_text("")
-        (cfg.out_dir / ".write-probe").unlink()
-    except OSError as exc:
-        raise UsageFailure(f"--out {cfg.out_dir} is not writable: {exc.strerror}") from exc
+    ensure_writable_dir(cfg.out_dir, "--out")
     try:
         tasks = [load_task(name) for name in (cfg.tasks or available_tasks())]
     except TaskError as exc:
@@ -82,7 +77,7 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
             console.print("  nothing to change")
 
     _stage("3/5 baselines", quiet)
-    baselines = baseline_section(device, quiet or False, quick=cfg.quick or device == "cpu")
+    baselines = baseline_section(device, quiet, quick=cfg.quick or device == "cpu")
 
     _stage("4/5 loop", quiet)
     task_sections, noise, loop_info = [], None, []
@@ -216,7 +211,6 @@ def loop_section(
 
     paths = task.candidate_paths(device)
     candidate = paths[0]
-    peers = [p for p in task.peers if device == "cuda" or not p.startswith("torch.compile")]
     cfg_loop = LoopConfig(
         task,
         candidate,
@@ -224,7 +218,7 @@ def loop_section(
         trials,
         cfg.store_url or default_store_url(cfg.out_dir),
         cfg.out_dir,
-        peers=peers,
+        peers=task.default_peers(device),
         rule=QUICK_RULE if device == "cpu" or cfg.quick else {},
     )
     with loop_progress(quiet=quiet) as on_event:

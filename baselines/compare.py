@@ -19,7 +19,6 @@ nothing, so the ratio's interval is only the other side's; the comparison notes 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from rich.table import Table
 
 from baselines.stats import RatioInterval, decide
 from baselines.suite import BaselineResult, Metric
+from host_tuning.jsonfile import read_json
 
 DATA_DIR = Path(__file__).parent / "data"
 DEFAULT_MIN_EFFECT = 0.01
@@ -216,12 +216,7 @@ def read_baseline(name_or_path: str | Path) -> dict[str, Any]:
             f"baseline {str(name_or_path)!r}: no such file, and no shipped reference by that name "
             f"({', '.join(reference_names())})"
         )
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as err:
-        raise ValueError(f"cannot read baseline file {path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"baseline file {path} is not JSON: {err}") from None
+    doc = read_json(path, "baseline file")
     BaselineResult.from_dict(doc, where=path.name)
     return doc
 

@@ -29,6 +29,7 @@ import torch
 from rich.table import Table
 
 from baselines.environment import Environment, detect_environment
+from baselines.roofline import kernel_copy
 from baselines.stats import summarize
 from baselines.telemetry import (
     BlockRecord,
@@ -357,12 +358,7 @@ class _GpuRun:
 
 def _device_copy(run: _GpuRun) -> None:
     nbytes = 1024 * MiB
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=run.device).uniform_()
-    dst = torch.empty_like(src)
-    # A copy by SM kernel (x * 1), not a memcpy: captured in a CUDA graph, a device-to-device
-    # memcpy of 512 MiB or more becomes a copy-engine node, 2.7 TB/s on an H200 against 4.2 by
-    # kernel (measured 2026-11-29), and kernels are what this ceiling is compared with.
-    runner = run.graph_runner(lambda: torch.mul(src, 1.0, out=dst))
+    runner = run.graph_runner(kernel_copy(nbytes, run.device))
     run.measure("device_copy_bandwidth", runner, 10, _rate(2 * nbytes / 1e12))
 
 

@@ -49,10 +49,10 @@ class StoppingRule:
     warmup: int = 3
 
 
-_OWN = {
-    name: globals()[name] for name in ("_perf_counter", "_Event", "_synchronize", "_graph_replay")
+_OWN_IDS = {
+    name: id(globals()[name])
+    for name in ("_perf_counter", "_Event", "_synchronize", "_graph_replay")
 }
-_OWN_IDS = {name: id(value) for name, value in _OWN.items()}
 
 
 def tampered() -> list[str]:

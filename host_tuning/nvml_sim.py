@@ -15,10 +15,10 @@ is a getter that fails with that NVML error; a field left out reads as
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
+from host_tuning.jsonfile import read_json
 from host_tuning.nvml_base import (
     DEVICE_FIELDS,
     SYSTEM_FIELDS,
@@ -55,12 +55,7 @@ def _resolve(name_or_path: str | Path) -> Path:
 def load_fixture(name_or_path: str | Path) -> dict[str, Any]:
     """Read and validate a fixture; errors name the file and the offending field."""
     path = _resolve(name_or_path)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as err:
-        raise ValueError(f"cannot read NVML fixture {path}: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
-        raise ValueError(f"NVML fixture {path} is not JSON: {err}") from err
+    doc = read_json(path, "NVML fixture")
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ValueError(f"NVML fixture {path}: field 'schema' must be {SCHEMA!r}")
     devices = doc.get("devices")

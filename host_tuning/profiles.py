@@ -19,6 +19,7 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from host_tuning.fact import REAL_ROOT
 from host_tuning.families import gpu_family
+from host_tuning.jsonfile import read_json
 from host_tuning.nvml_base import NvmlBackend
 from host_tuning.settings import (
     CPU_SETTINGS,
@@ -172,13 +173,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
                 f"unknown profile {str(name_or_path)!r}: shipped profiles are "
                 f"{', '.join(profile_names())}, or give the path of a .json file"
             )
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as err:
-        raise ProfileError(f"cannot read profile {path}: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
-        raise ProfileError(f"profile {path} is not JSON: {err}") from err
-    return validate_profile(doc, str(path))
+    return validate_profile(read_json(path, "profile", ProfileError), str(path))
 
 
 def list_profiles() -> list[Profile]:

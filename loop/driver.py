@@ -306,8 +306,8 @@ def final_comparison(cfg: LoopConfig, params: dict) -> list[dict]:
             "speedup_vs_best_peer": None,
             "winner": "candidate",
         }
-        if timed:
-            best = min(timed, key=lambda p: p.shapes[shape.name].median_s)
+        best = ev.best_peer(shape.name)
+        if best is not None:
             interval = ratio_interval(best.shapes[shape.name].blocks_s, mine.blocks_s)
             row["best_peer"] = best.label
             row["speedup_vs_best_peer"] = {

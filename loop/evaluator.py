@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from baselines.stats import RatioInterval, ratio_interval, summarize
+from baselines.stats import summarize
 from loop.guards import check_source
 from loop.reasons import Reason, reason
 from loop.tasks import Task
@@ -78,6 +78,15 @@ class Evaluation:
 
     def by_label(self, label: str) -> Verdict:
         return next(v for v in self.verdicts if v.label == label)
+
+    def best_peer(self, shape: str) -> Verdict | None:
+        """The accepted peer with the lowest median time on `shape`, if any was timed there."""
+        timed = [
+            v
+            for v in self.verdicts
+            if v.kind == "peer" and v.accepted and shape in v.shapes and v.shapes[shape].blocks_s
+        ]
+        return min(timed, key=lambda v: v.shapes[shape].median_s, default=None)
 
 
 @dataclass
@@ -168,7 +177,6 @@ def evaluate(
                     "label": spec.label,
                     "path": str(spec.path.resolve()),
                     "params": spec.params,
-                    "language": language,
                 }
             )
     request = {
@@ -277,7 +285,3 @@ def _run_worker(request: dict, device: str, limits: Limits) -> tuple[dict, Reaso
     if "error" in result:
         return {}, reason("crash", f"harness error in the worker: {result['error']}")
     return result, None
-
-
-def speedup(baseline: ShapeResult, candidate: ShapeResult) -> RatioInterval:
-    return ratio_interval(baseline.blocks_s, candidate.blocks_s)

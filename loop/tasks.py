@@ -83,6 +83,13 @@ class Task:
     def peers(self) -> dict[str, Callable]:
         return dict(self.module.PEERS)
 
+    def default_peers(self, device: str) -> list[str]:
+        """Every peer on the GPU; on the CPU all but torch.compile, which needs minutes of
+        compilation per shape on a small machine (ask for it by name to have it)."""
+        if device.startswith("cuda"):
+            return list(self.peers)
+        return [p for p in self.peers if not p.startswith("torch.compile")]
+
     @property
     def bucket_key(self) -> str | None:
         return getattr(self.module, "BUCKET_KEY", None)

@@ -30,7 +30,6 @@ class Runner:
     params: dict = field(default_factory=dict)
     reasons: list = field(default_factory=list)
     shapes: dict = field(default_factory=dict)
-    language: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -81,7 +80,6 @@ def evaluate(request: dict) -> dict:
     runners: list[Runner] = []
     for spec in request.get("candidates", []):
         runner = Runner(spec["label"], "candidate", None, spec.get("params") or {})
-        runner.language = spec.get("language")
         try:
             runner.fn = _load_candidate(Path(spec["path"]), spec["label"])
         except Exception as exc:
