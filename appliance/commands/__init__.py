@@ -1,0 +1,1 @@
+"""The `autotune` subcommands, one module each."""

@@ -1,0 +1,78 @@
+"""`autotune baseline`: the host baseline suite, and `baseline compare` of two runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from appliance.commands.options import (
+    DEVICE,
+    JSON,
+    write_json,
+)
+from appliance.output import (
+    EXIT_CODES_HELP,
+    UsageFailure,
+    console,
+    emit_json,
+)
+
+
+@click.group(invoke_without_command=True, epilog=EXIT_CODES_HELP)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the JSON result here.",
+)
+@click.option("--quick", is_flag=True, help="Fewer samples (the CPU suite in seconds).")
+@DEVICE
+@JSON
+@click.pass_context
+def baseline(
+    ctx: click.Context, out_file: Path | None, quick: bool, device: str, as_json: bool
+) -> None:
+    """Measure the host's baselines: bandwidths, GEMM rate, launch latency, graph replay."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from appliance.devices import resolve_device
+    from baselines.suite import render_result, run_suite
+
+    dev, note = resolve_device(device)
+    if not as_json:
+        console.print(note)
+    result = run_suite(
+        dev, quick=quick, progress=None if as_json else lambda m: console.print(f"  {m}")
+    )
+    data = result.to_dict()
+    if out_file is not None:
+        write_json(out_file, data)
+    if as_json:
+        emit_json(data)
+    else:
+        console.print(render_result(result))
+
+
+@baseline.command("compare", epilog=EXIT_CODES_HELP)
+@click.argument("a")
+@click.argument("b")
+@JSON
+def baseline_compare(a: str, b: str, as_json: bool) -> None:
+    """Per-metric ratios of two baselines (for example bare metal against a VM).
+
+    A and B are files written by `autotune baseline --out`, or the name of a shipped reference
+    (`h200-kvm-passthrough`: the lent H200, a KVM guest with the GPU passed through).
+    """
+    from baselines.compare import compare_baselines, read_baseline, render_comparison
+
+    try:
+        cmp = compare_baselines(read_baseline(a), read_baseline(b))
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from exc
+    if as_json:
+        emit_json(cmp.to_dict())
+    else:
+        console.print(render_comparison(cmp))
+        console.print(cmp.summary)

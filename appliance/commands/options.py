@@ -1,0 +1,97 @@
+"""Options and helpers shared by the `autotune` subcommands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from appliance.output import EXIT_CODES_HELP, UsageFailure, console, emit_json
+
+DEVICE = click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="Where kernels run; auto picks the GPU when torch sees one.",
+)
+JSON = click.option(
+    "--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout."
+)
+
+JOURNAL = click.option(
+    "--journal",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Journal file [default: /run/autotune/host-journal.jsonl as root, else under ~/.local/state].",
+)
+
+
+def candidate_args(task_name: str, candidate: str, params: str | None):
+    from loop.evaluator import CandidateSpec
+    from loop.tasks import TaskError, load_task
+
+    try:
+        task = load_task(task_name)
+    except TaskError as exc:
+        raise UsageFailure(str(exc)) from exc
+    path = Path(candidate)
+    if not path.exists() and (task.folder / candidate).exists():
+        path = task.folder / candidate
+    if not path.is_file():
+        raise UsageFailure(
+            f"candidate {candidate!r} is not a file (nor a file of task {task.name})"
+        )
+    try:
+        parsed = json.loads(params) if params else {}
+    except json.JSONDecodeError as exc:
+        raise UsageFailure(f"--params is not JSON: {exc.msg} at column {exc.colno}") from exc
+    if not isinstance(parsed, dict):
+        raise UsageFailure("--params must be a JSON object, for example '{\"num_warps\": 8}'")
+    return task, CandidateSpec(path.resolve(), parsed, "candidate")
+
+
+def reason_codes_epilog() -> str:
+    from loop.reasons import codes_help
+
+    return "\b\nReason codes:\n" + codes_help() + "\n\n" + EXIT_CODES_HELP
+
+
+def check_shapes(task, device: str, shapes: tuple[str, ...]) -> None:
+    known = {s.name for s in task.shapes(device)}
+    unknown = [s for s in shapes if s not in known]
+    if unknown:
+        raise UsageFailure(
+            f"unknown shape(s) {unknown}; {task.name} on {device} has {sorted(known)}"
+        )
+
+
+def chosen_peers(task, device: str, asked: tuple[str, ...]) -> list[str]:
+    available = list(task.peers)
+    if asked:
+        unknown = [p for p in asked if p not in available]
+        if unknown:
+            raise UsageFailure(f"unknown peer(s) {unknown}; {task.name} has {available}")
+        return list(asked)
+    return task.default_peers(device)
+
+
+def print_verdict(data: dict, as_json: bool) -> None:
+    if as_json:
+        emit_json(data)
+        return
+    colour = "green" if data["verdict"] == "accepted" else "red"
+    console.print(
+        f"[{colour}]{data['verdict']}[/{colour}] {data['candidate']} {data.get('params') or ''} on {data['device']}"
+    )
+    for r in data["reasons"]:
+        console.print(f"  {r['code']}: {r['message']}")
+
+
+def write_json(path: Path, data: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2))
+    except OSError as exc:
+        raise UsageFailure(f"cannot write {path}: {exc.strerror}") from exc
