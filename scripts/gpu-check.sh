@@ -5,6 +5,8 @@
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
+#   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
+#   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
 # Logs and JSON are written under a work folder and packed into $OUT/results.tgz (the device
 # tool returns at most 8 files); a short summary is printed last.
 set -uo pipefail
@@ -30,14 +32,24 @@ for stage in "$@"; do
     tests)
         python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
         ;;
+    sweep)
+        TORCH_LOGS=output_code python3 scripts/rmsnorm_sweep.py "$OUT/sweep.json" ${SWEEP_SHAPE:-} \
+            2>"$OUT/sweep-inductor.log" | tee "$OUT/sweep.log"
+        best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best'])" "$OUT/sweep.json")
+        echo "sweep best: $best"
+        BENCH_PARAMS=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['top']))" "$OUT/sweep.json")
+        ;;
+    aa)
+        python3 scripts/aa_decisions.py "$OUT/aa-decisions.json" ${AA_ARGS:-} 2>&1 | tee "$OUT/aa.log" | tail -30
+        ;;
     host)
         autotune host check --json >"$OUT/host-check.json" 2>"$OUT/host-check.err"
         echo "host check rc=$?"
         ;;
     bench)
-        default='{"num_warps":8,"rows_per_program":1,"x_eviction":"evict_first"}'
+        default='{"num_warps":4,"rows_per_program":1,"x_eviction":"","chunk":0}'
         for params in ${BENCH_PARAMS:-$default}; do
-            tag=$(echo "$params" | tr -dc '0-9_')
+            tag=$(echo "$params" | md5sum | cut -c1-8)
             autotune bench rmsnorm triton_rmsnorm.py --params "$params" \
                 --shape long-32768x7168 --shape long-131072x4096 --shape prefill-4096x4096 --shape decode-16x7168 \
                 --json >"$OUT/bench-$tag.json" 2>"$OUT/bench-$tag.err"

@@ -57,7 +57,8 @@ def test_bytes_and_flops(task) -> None:
     "candidate, params",
     [
         ("torch_rmsnorm.py", {"method": "vector_norm", "chunk_rows": 64}),
-        ("triton_rmsnorm.py", {"num_warps": 2, "rows_per_program": 4}),
+        ("triton_rmsnorm.py", {"num_warps": 4, "rows_per_program": 2}),
+        ("triton_rmsnorm.py", {"num_warps": 4, "chunk": 1024, "x_eviction": "evict_first"}),
     ],
 )
 def test_shipped_candidates_match_the_reference_on_cpu(task, candidate, params) -> None:

@@ -17,7 +17,7 @@ from loop.driver import LoopConfig, run_loop
 from loop.tasks import load_task
 
 FAST = {"samples_per_block": 3, "min_blocks": 4, "max_blocks": 6, "max_time_s": 0.3}
-SHAPES = ["decode-7x256", "long-512x1000"]
+SHAPES = ["decode-7x256", "long-512x1100"]
 
 
 def test_loop_searches_records_and_dispatches(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_loop_searches_records_and_dispatches(tmp_path: Path) -> None:
     assert len(rows) == 3 and {r["status"] for r in rows} <= {"keep", "discard", "crash"}
     table = load_dispatch(tmp_path / "dispatch-rmsnorm.json")
     assert {e["shape"] for e in table["entries"]} == set(SHAPES)
-    assert choose(table, tokens=600, hidden=1000)["shape"] == "long-512x1000"
+    assert choose(table, tokens=600, hidden=1000)["shape"] == "long-512x1100"
     assert choose(table, tokens=1, hidden=256)["shape"] == "decode-7x256"
     again = run_loop(cfg)
     assert again.resumed and again.noise == result.noise

@@ -11,7 +11,7 @@ from loop.evaluator import CandidateSpec, Limits, evaluate
 from loop.tasks import load_task
 
 HERE = Path(__file__).parent / "candidates"
-SHAPES = ["decode-7x256", "long-512x1000"]
+SHAPES = ["decode-7x256", "long-512x1100"]
 
 
 @pytest.fixture(scope="module")

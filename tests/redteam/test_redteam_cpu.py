@@ -17,7 +17,7 @@ from loop.evaluator import CandidateSpec, Limits, evaluate
 from loop.tasks import load_task
 
 HERE = Path(__file__).parent / "candidates"
-SHAPES = ["decode-7x256", "long-512x1000"]
+SHAPES = ["decode-7x256", "long-512x1100"]
 TIMED_SHAPES = ["decode-7x256"]
 QUICK_RULE = {
     "samples_per_block": 3,
