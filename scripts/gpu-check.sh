@@ -15,9 +15,10 @@ FINAL=${OUT:-out-gpu}
 OUT=$(mktemp -d)
 mkdir -p "$FINAL"
 trap 'tar czf "$FINAL/results.tgz" -C "$OUT" . ; echo "packed $(ls "$OUT" | wc -l) entries into $FINAL/results.tgz"' EXIT
-if [ -d .whl ]; then
+WHL_DIR=${WHL_DIR:-.whl}
+if [ -d "$WHL_DIR" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
+        --target /tmp/site "$WHL_DIR"/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
 else
     export PYTHONPATH=$PWD
