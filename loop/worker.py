@@ -74,6 +74,7 @@ def evaluate(request: dict) -> dict:
     ]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    _let_compiled_peers_specialise(torch)
     if device == "cuda":
         torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_mem_fraction", 0.9)))
 
@@ -127,6 +128,22 @@ def evaluate(request: dict) -> dict:
             for r in runners
         ],
     }
+
+
+def _let_compiled_peers_specialise(torch) -> None:
+    """A torch.compile peer specialised per shape recompiles once per shape; past dynamo's
+    recompile limit (8) it would silently run eager, a peer made slow by the harness. Allow
+    one compilation per shape, and fail loudly (the peer is rejected) rather than fall back."""
+    import torch._dynamo.config as dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo, name):
+            setattr(dynamo, name, max(getattr(dynamo, name), 256))
+    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(dynamo, name):
+            setattr(dynamo, name, max(getattr(dynamo, name), 1024))
+    if hasattr(dynamo, "fail_on_recompile_limit_hit"):
+        dynamo.fail_on_recompile_limit_hit = True
 
 
 def _load_candidate(path: Path, label: str):
