@@ -44,12 +44,15 @@ def _stage(title: str, quiet: bool) -> None:
 def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
     from appliance.fingerprint import collect_fingerprint
     from appliance.report import render_markdown, validate_report
-    from loop.tasks import TaskError, available_tasks, load_task
+    from loop.tasks import DEFAULT_TASKS, TaskError, available_tasks, load_task
 
     started = time.monotonic()
     ensure_writable_dir(cfg.out_dir, "--out")
     try:
-        tasks = [load_task(name) for name in (cfg.tasks or available_tasks())]
+        names = list(cfg.tasks or DEFAULT_TASKS)
+        if "all" in names:
+            names = available_tasks()
+        tasks = [load_task(name) for name in names]
     except TaskError as exc:
         raise UsageFailure(str(exc)) from exc
     device, note = resolve_device(cfg.device)

@@ -123,6 +123,11 @@ def kernels_root() -> Path:
     raise TaskError(f"no kernels folder found beside {here}")
 
 
+# What `autotune run` tunes unless told otherwise (`--task all` runs every task): the one task
+# whose whole loop fits the run's default budget on a 2-core CPU and on a GPU.
+DEFAULT_TASKS = ("rmsnorm",)
+
+
 def available_tasks() -> list[str]:
     root = kernels_root()
     return sorted(p.name for p in root.iterdir() if (p / "task.py").is_file())

@@ -27,7 +27,10 @@ from appliance.output import (
     help="Run directory for report.json, report.md, results and dispatch tables.",
 )
 @click.option(
-    "--task", "tasks", multiple=True, help="Task to tune (repeatable); default: every task."
+    "--task",
+    "tasks",
+    multiple=True,
+    help="Task to tune (repeatable; `all` for every task) [default: rmsnorm].",
 )
 @click.option(
     "--trials",
