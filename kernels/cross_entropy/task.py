@@ -1,0 +1,125 @@
+"""Cross-entropy over a vocabulary, forward, per row (reduction "none", as F.cross_entropy with
+ignore_index=-100): loss[r] = logsumexp(logits[r]) - logits[r, target[r]], and 0 where
+target[r] == -100. The loss is float32; the logits are read once.
+
+Inputs `(logits, targets)`: logits of shape (rows, vocab) in `logits_dtype` (bfloat16 on the GPU),
+targets int64 of shape (rows,). A shape's `dtype` is the dtype of the output (the harness checks
+every output against it and picks the tolerance by it), hence float32 with bfloat16 logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+
+# Relative error norm ||loss - ref|| / ||ref|| against the float64 reference on the same logits.
+TOLERANCE = {"bfloat16": 8e-3, "float16": 1.5e-3, "float32": 2e-5, "float64": 1e-12}
+
+_ROWS_GPU = {"decode": [1, 64, 256], "prefill": [2048, 8192]}
+_ROWS_CPU = {"decode": [1, 5], "prefill": [33]}
+_WEIGHT = {"decode": 1.0, "prefill": 2.0}
+
+
+def _shapes(
+    rows_by_class: dict[str, list[int]], vocabs: list[int], logits_dtype: str
+) -> list[dict]:
+    return [
+        {
+            "name": f"{cls}-{rows}x{vocab}",
+            "class": cls,
+            "rows": rows,
+            "vocab": vocab,
+            "dtype": "float32",
+            "logits_dtype": logits_dtype,
+            "weight": _WEIGHT[cls],
+        }
+        for vocab in vocabs
+        for cls, row_list in rows_by_class.items()
+        for rows in row_list
+    ]
+
+
+SHAPES = {
+    "cuda": _shapes(_ROWS_GPU, [32000, 128256, 151936], "bfloat16"),
+    "cpu": _shapes(_ROWS_CPU, [1000, 5003], "float32"),
+}
+
+BUCKET_KEY = "rows"
+
+LOGIT_SCALE = 3.0
+
+
+def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits with a spread of a few units, targets uniform over the vocabulary and one row in
+    eight ignored (never all of them); drawn on `device`."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rows, vocab = shape["rows"], shape["vocab"]
+    logits = torch.randn(rows, vocab, generator=gen, device=device).mul_(LOGIT_SCALE)
+    targets = torch.randint(0, vocab, (rows,), generator=gen, device=device)
+    logits[torch.arange(0, rows, 2, device=device), targets[::2]] += 6.0  # well predicted rows
+    if rows > 1:
+        targets[1::8] = IGNORE_INDEX
+    return logits.to(getattr(torch, shape["logits_dtype"])), targets
+
+
+def reference(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Exact math; the harness calls it on a float64 copy of the logits."""
+    x = logits.to(torch.float64)
+    mx = x.amax(dim=-1, keepdim=True)
+    lse = (mx + torch.log(torch.exp(x - mx).sum(dim=-1, keepdim=True))).squeeze(-1)
+    valid = targets != IGNORE_INDEX
+    picked = x.gather(1, torch.where(valid, targets, 0).unsqueeze(1)).squeeze(1)
+    return torch.where(valid, lse - picked, torch.zeros_like(lse))
+
+
+def bytes_moved(shape: dict) -> int:
+    itemsize = torch.empty((), dtype=getattr(torch, shape["logits_dtype"])).element_size()
+    return itemsize * shape["rows"] * shape["vocab"] + (8 + 4) * shape["rows"]
+
+
+def flops(shape: dict) -> int:
+    return 4 * shape["rows"] * shape["vocab"]
+
+
+def eager(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The usual training code: upcast the logits, then F.cross_entropy."""
+    return torch.nn.functional.cross_entropy(
+        logits.float(), targets, reduction="none", ignore_index=IGNORE_INDEX
+    )
+
+
+_compiled: dict[bool, object] = {}
+
+
+def _compile(dynamic: bool):
+    if dynamic not in _compiled:
+        _compiled[dynamic] = torch.compile(eager, dynamic=dynamic)
+    return _compiled[dynamic]
+
+
+def compiled(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """torch.compile specialised on every shape: the strongest compiler peer."""
+    return _compile(False)(logits, targets)
+
+
+def compiled_dynamic(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """torch.compile with symbolic shapes, as serving engines compile for varying batch sizes."""
+    return _compile(True)(logits, targets)
+
+
+PEERS = {"eager": eager, "torch.compile": compiled, "torch.compile-dynamic": compiled_dynamic}
+
+CANDIDATES = {
+    "cuda": ["triton_cross_entropy.py", "torch_cross_entropy.py"],
+    "cpu": ["torch_cross_entropy.py"],
+}
+
+FORBIDDEN_OPS = (
+    "cross_entropy",
+    "nll_loss",
+    "log_softmax",
+    "_log_softmax",
+    "softmax",
+    "logsumexp",
+)

@@ -1,0 +1,140 @@
+"""GQA decode in Triton, flash-decoding style: the cache is cut into splits along its length; a
+program reads one KV head's split once and serves all the query heads of its group (rows of one
+tl.dot, padded to 16), keeping an online softmax; a second kernel merges the splits by their
+log-sum-exp. `split_tokens` 0 picks enough splits to give every SM a few programs."""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LANGUAGE = "triton"
+PARAMS = {
+    "block_n": [16, 32, 64, 128, 256],
+    "split_tokens": [0, 32, 256, 512, 1024, 2048, 4096, 8192],
+    "programs_per_sm": [1, 2, 4, 8],
+    "num_warps": [1, 2, 4, 8],
+    "num_stages": [1, 2, 3, 4, 5],
+    "use_dot": [True, False],
+}
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr, k_ptr, v_ptr, po_ptr, plse_ptr, kv_len, tokens_per_split, n_splits, scale_log2,
+    stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
+    BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    b = pid_bh // HKV
+    h = pid_bh % HKV
+    g = tl.arange(0, GROUP_PAD)
+    d = tl.arange(0, D)
+    g_ok = g < GROUP
+    q_rows = q_ptr + b.to(tl.int64) * stride_qb + (h * GROUP + g)[:, None] * stride_qh
+    q = tl.load(q_rows + d[None, :], mask=g_ok[:, None], other=0.0)
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    start = pid_s * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, kv_len)
+    m_i = tl.full((GROUP_PAD,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((GROUP_PAD,), dtype=tl.float32)
+    acc = tl.zeros((GROUP_PAD, D), dtype=tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        offs = n0 + tl.arange(0, BLOCK_N)
+        ok = offs < end
+        rows = offs.to(tl.int64)[:, None]
+        k = tl.load(k_base + rows * stride_kn + d[None, :], mask=ok[:, None], other=0.0)
+        if USE_DOT:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+        s = tl.where(ok[None, :], s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + rows * stride_vn + d[None, :], mask=ok[:, None], other=0.0)
+        if USE_DOT:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.sum(
+                p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1
+            )
+        m_i = m_new
+    head = (b * HKV + h) * GROUP + g
+    out = acc / l_i[:, None]
+    part = head.to(tl.int64) * n_splits + pid_s
+    tl.store(po_ptr + part[:, None] * D + d[None, :], out, mask=g_ok[:, None])
+    tl.store(plse_ptr + part, m_i + tl.log2(l_i), mask=g_ok)
+
+
+@triton.jit
+def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr):
+    head = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, D)
+    lse_base = plse_ptr + head * n_splits
+    m = tl.max(tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32), axis=0)
+    for s0 in range(0, n_splits, BLOCK_S):
+        offs = s0 + tl.arange(0, BLOCK_S)
+        lse = tl.load(lse_base + offs, mask=offs < n_splits, other=float("-inf"))
+        m = tl.maximum(m, tl.max(lse, axis=0))
+    acc = tl.zeros((D,), dtype=tl.float32)
+    den = tl.zeros((BLOCK_S,), dtype=tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        offs = s0 + tl.arange(0, BLOCK_S)
+        ok = offs < n_splits
+        w = tl.exp2(tl.load(lse_base + offs, mask=ok, other=float("-inf")) - m)
+        o = tl.load(po_ptr + (head * n_splits + offs)[:, None] * D + d[None, :], mask=ok[:, None])
+        acc += tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
+        den += w
+    tl.store(out_ptr + head * D + d, (acc / tl.sum(den, axis=0)).to(out_ptr.dtype.element_ty))
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def kernel(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_n: int = 64,
+    split_tokens: int = 0,
+    programs_per_sm: int = 4,
+    num_warps: int = 4,
+    num_stages: int = 3,
+    use_dot: bool = True,
+):
+    b, hq, d = q.shape
+    _, hkv, kv_len, _ = k_cache.shape
+    if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("head_dim must be the contiguous dimension")
+    group = hq // hkv
+    blocks = triton.cdiv(kv_len, block_n)
+    if split_tokens <= 0:
+        want = max(1, triton.cdiv(programs_per_sm * _sm_count(q.device), b * hkv))
+        split_tokens = triton.cdiv(blocks, min(want, blocks)) * block_n
+    split_tokens = triton.cdiv(split_tokens, block_n) * block_n
+    n_splits = triton.cdiv(kv_len, split_tokens)
+    part_o = torch.empty((b * hq * n_splits, d), device=q.device, dtype=torch.float32)
+    part_lse = torch.empty((b * hq * n_splits,), device=q.device, dtype=torch.float32)
+    _split_kernel[(b * hkv, n_splits)](
+        q, k_cache, v_cache, part_o, part_lse, kv_len, split_tokens, n_splits,
+        LOG2E / math.sqrt(d),
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
+        BLOCK_N=block_n, USE_DOT=use_dot, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    out = torch.empty((b, hq, d), device=q.device, dtype=q.dtype)
+    block_s = min(64, triton.next_power_of_2(n_splits))
+    _merge_kernel[(b * hq,)](part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, num_warps=4)
+    return out

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# On the GPU machine: time the Triton (and CuPy) candidates of skinny_gemm, gqa_decode, mla_decode
+# and prefill_attention against their peers at the headline shapes (`autotune bench`), then a few
+# configs each against one peer in a single worker. One JSON per call goes into DIR (stderr beside
+# it in .err), and a summary is printed last.
+#
+#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [mla_decode] [prefill_attention]
+#
+# No stage named: all five (estimated 5-7 minutes on an H200; split across calls if needed).
+# With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
+# does). PER_CALL_S (default 150) caps each call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:?usage: $0 DIR [stage...]}
+shift
+STAGES=${*:-skinny_gemm cupy gqa_decode mla_decode prefill_attention}
+PER_CALL_S=${PER_CALL_S:-150}
+mkdir -p "$DIR"
+if [ -d .whl ] && [ ! -d /tmp/site ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=${PYTHONPATH:-}${PYTHONPATH:+:}$([ -d /tmp/site ] && echo /tmp/site:)$PWD
+export PYTHONUNBUFFERED=1
+
+# bench TASK CANDIDATE TAG PARAMS "PEER ARGS" SHAPE...
+bench() {
+    local task=$1 cand=$2 tag=$3 params=$4 peers=$5
+    shift 5
+    local shape_args=()
+    for s in "$@"; do shape_args+=(--shape "$s"); done
+    local t0=$SECONDS
+    # shellcheck disable=SC2086
+    timeout "$PER_CALL_S" python3 -m appliance bench "$task" "$cand" --params "$params" \
+        --device "${DEVICE:-cuda}" $peers "${shape_args[@]}" --json >"$DIR/$task-$tag.json" 2>"$DIR/$task-$tag.err"
+    echo "$task $tag rc=$? $((SECONDS - t0))s"
+}
+
+# sweep TASK CANDIDATE TAG PEER SHAPES(comma-separated) PARAMS...: every config in one worker,
+# timed interleaved with the peer (one process start instead of one per config).
+sweep() {
+    local task=$1 cand=$2 tag=$3 peer=$4 shapes=$5
+    shift 5
+    local t0=$SECONDS
+    timeout "$PER_CALL_S" python3 - "$task" "$cand" "$peer" "$shapes" "$@" >"$DIR/$task-$tag.json" \
+        2>"$DIR/$task-$tag.err" <<'PY'
+import json, os, sys
+from loop.evaluator import CandidateSpec, evaluate
+from loop.tasks import load_task
+
+task_name, cand, peer, shapes, *configs = sys.argv[1:]
+task = load_task(task_name)
+specs = [
+    CandidateSpec(task.folder / cand, json.loads(c), f"cfg{i}") for i, c in enumerate(configs)
+]
+device = os.environ.get("DEVICE", "cuda")
+ev = evaluate(task, specs, device, time_it=True, peers=[peer], shapes=shapes.split(","))
+print(json.dumps({"task": task.name, "sweep": True, "seconds": ev.seconds,
+                  "verdicts": [v.to_dict() for v in ev.verdicts]}))
+PY
+    echo "$task $tag rc=$? $((SECONDS - t0))s"
+}
+
+for stage in $STAGES; do
+    case "$stage" in
+    skinny_gemm)
+        shapes=(m1-n7168-k7168 m16-n7168-k7168 m1-n4096-k14336 m4-n28672-k4096 m16-n18432-k7168
+            m64-n7168-k7168 m256-n7168-k7168)
+        bench skinny_gemm triton_skinny_gemm.py default \
+            '{"block_m":16,"block_n":64,"block_k":128,"split_k":4,"num_warps":4,"num_stages":4}' \
+            "--peer cublas --peer eager --peer torch.compile" "${shapes[@]}"
+        sweep skinny_gemm triton_skinny_gemm.py sweep cublas m1-n7168-k7168,m16-n7168-k7168,m64-n7168-k7168 \
+            '{"block_m":16,"block_n":32,"block_k":256,"split_k":2,"num_warps":4,"num_stages":3}' \
+            '{"block_m":16,"block_n":128,"block_k":128,"split_k":8,"num_warps":8,"num_stages":4}' \
+            '{"block_m":16,"block_n":64,"block_k":256,"split_k":1,"num_warps":4,"num_stages":4}' \
+            '{"block_m":16,"block_n":32,"block_k":128,"split_k":8,"num_warps":4,"num_stages":5}' \
+            '{"block_m":16,"block_n":32,"block_k":256,"split_k":4,"num_warps":4,"num_stages":4,"use_dot":false}' \
+            '{"block_m":64,"block_n":128,"block_k":64,"split_k":2,"num_warps":8,"num_stages":4}'
+        ;;
+    cupy)
+        sweep skinny_gemm cupy_gemv.py cupy cublas m1-n7168-k7168,m4-n7168-k7168,m16-n7168-k7168,m1-n4096-k14336 \
+            '{"rows":4,"warps_per_block":8,"unroll":4}' '{"rows":16,"warps_per_block":4,"unroll":2}' \
+            '{"rows":4,"warps_per_block":4,"unroll":8}' '{"rows":8,"warps_per_block":8,"unroll":4}'
+        ;;
+    gqa_decode)
+        # Default peers: eager (expanded KV), torch.compile, sdpa-gqa, flash-attn when installed.
+        bench gqa_decode triton_gqa_decode.py default '{}' "" \
+            b1-kv131072 b4-kv131072 b1-kv32768 b16-kv8192 b64-kv2048
+        sweep gqa_decode triton_gqa_decode.py sweep eager b1-kv131072,b4-kv131072,b16-kv8192 \
+            '{}' \
+            '{"block_n":128,"num_warps":8,"num_stages":2}' \
+            '{"block_n":32,"num_warps":2,"num_stages":4,"programs_per_sm":8}' \
+            '{"block_n":64,"num_warps":4,"num_stages":4,"split_tokens":1024}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"use_dot":false}' \
+            '{"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}'
+        ;;
+    mla_decode)
+        # Default peers: eager (DeepSeek's einsum decode), torch.compile, sdpa-mqa.
+        bench mla_decode triton_mla_decode.py default '{}' "" b1-kv131072 b4-kv131072 b16-kv8192 b64-kv4096
+        sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b64-kv4096 \
+            '{"block_h":16,"block_n":32,"num_warps":4,"num_stages":2}' \
+            '{"block_h":64,"block_n":16,"num_warps":8,"num_stages":2}' \
+            '{"block_h":32,"block_n":64,"num_warps":8,"num_stages":1}' \
+            '{"block_h":32,"block_n":32,"num_warps":8,"num_stages":3,"programs_per_sm":4}'
+        ;;
+    prefill_attention)
+        bench prefill_attention triton_prefill_attention.py default \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3}' "" \
+            b8-q1024-kv1024 b1-q8192-kv8192 b1-q65536-kv65536 b1-q8192-kv131072
+        sweep prefill_attention triton_prefill_attention.py sweep sdpa-flash b1-q16384-kv16384 \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3}' \
+            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":3}' \
+            '{"block_m":128,"block_n":64,"num_warps":4,"num_stages":4}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}' \
+            '{"block_m":128,"block_n":32,"num_warps":4,"num_stages":4}' \
+            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2}'
+        ;;
+    *) echo "unknown stage $stage" >&2 ;;
+    esac
+done
+
+python3 - "$DIR" <<'PY'
+"""One line per (run, shape): candidate time, rate, best peer and the speedup interval."""
+import json, sys
+from pathlib import Path
+from loop.tasks import load_task
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else None
+
+
+def sweep_summary(path, data, task, shapes):
+    peer = next(v for v in data["verdicts"] if v["kind"] == "peer")
+    print(f"== {path.stem}: configs against {peer['label']} (ratio = peer time / config time)")
+    for v in data["verdicts"]:
+        if v["kind"] == "peer":
+            continue
+        bad = [r["code"] + ": " + r["message"][:100] for r in v["reasons"]]
+        cells = []
+        for name, res in v["shapes"].items():
+            t, p = median(res.get("blocks_s", [])), median(peer["shapes"].get(name, {}).get("blocks_s", []))
+            if t:
+                gbs = task.bytes_moved(shapes[name]) / t / 1e12
+                tf = task.flops(shapes[name]) / t / 1e12
+                cells.append(f"{name} {t * 1e6:.1f}us {gbs:.2f}TB/s {tf:.0f}TF x{(p or 0) / t:.3f}")
+        print(f"   {json.dumps(v['params'])} {v['verdict']} {bad or ''}")
+        for c in cells:
+            print(f"      {c}")
+
+
+tasks = {}
+for path in sorted(Path(sys.argv[1]).glob("*.json")):
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        print(f"{path.name}: no JSON (see {path.with_suffix('.err').name})")
+        continue
+    task = tasks.setdefault(data["task"], load_task(data["task"]))
+    shapes = {s.name: s for dev in ("cuda", "cpu") for s in task.shapes(dev)}
+    if data.get("sweep"):
+        sweep_summary(path, data, task, shapes)
+        continue
+    bad = [r["code"] + ": " + r["message"][:120] for r in data.get("reasons", [])]
+    print(f"== {path.stem} params={json.dumps(data.get('params'))} {data['verdict']} {bad or ''}")
+    for pv in data.get("peer_verdicts", []):
+        if pv["reasons"]:
+            print(f"   peer {pv['label']} rejected: {pv['reasons'][0]['message'][:140]}")
+    for row in data.get("table", []):
+        t = row.get("candidate_s")
+        if not t:
+            continue
+        shape = shapes[row["shape"]]
+        rate = (f"{task.bytes_moved(shape) / t / 1e12:.2f} TB/s "
+                f"{task.flops(shape) / t / 1e12:.0f} TFLOP/s")
+        peers = " ".join(f"{k}={v * 1e6:.1f}us" for k, v in row["peers"].items() if v)
+        sp = row.get("speedup_vs_best_peer")
+        ratio = f"{sp['ratio']:.3f}x [{sp['ci_low']:.3f},{sp['ci_high']:.3f}] vs {row['best_peer']}" if sp else "-"
+        print(f"   {row['shape']:22s} {t * 1e6:9.1f}us {rate:28s} {ratio} | {peers}")
+PY

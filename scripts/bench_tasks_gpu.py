@@ -1,0 +1,220 @@
+"""GPU runs of the memory-bound tasks (add_rmsnorm, softmax, cross_entropy, swiglu, rope): an
+optional quick sweep that times a short list of each Triton candidate's configurations at the
+task's largest shape (one evaluator call per task: verify, then interleaved CUDA-graph timing)
+and keeps the fastest, then `autotune bench` of that configuration against the peers over the
+task's large shapes. Writes one JSON file per step into OUT_DIR and prints a summary line each.
+
+    uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]
+        [--peer NAME ...]
+
+--sweep alone (with --no-bench) takes about 3-5 minutes of GPU time for all five tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class Plan:
+    task: str
+    candidate: str
+    shapes: list[str]  # the first is the sweep shape
+    configs: list[dict] = field(default_factory=list)
+
+
+def _grid(axes: dict, *extra: dict) -> list[dict]:
+    """The product of `axes` (name -> values), then the `extra` configurations."""
+    out = [{}]
+    for name, values in axes.items():
+        out = [{**c, name: v} for c in out for v in values]
+    return [*out, *extra]
+
+
+PLANS = [
+    Plan(
+        "add_rmsnorm",
+        "triton_add_rmsnorm.py",
+        ["long-32768x7168", "long-131072x7168", "long-131072x4096", "prefill-4096x7168"],
+        _grid(
+            {"num_warps": [4, 8, 16], "rows_per_program": [1, 2]},
+            {"num_warps": 8, "load_eviction": "evict_first"},
+            {"num_warps": 8, "store_cache": ".cs"},
+            {"num_warps": 16, "load_eviction": "evict_first", "store_cache": ".cs"},
+        ),
+    ),
+    Plan(
+        "softmax",
+        "triton_softmax.py",
+        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        _grid(
+            {"block": [4096, 8192, 16384], "num_warps": [8, 16, 32]},
+            {"block": 8192, "num_warps": 16, "pass1_eviction": "", "pass2_eviction": ""},
+            {"block": 8192, "num_warps": 16, "store_cache": ".cs"},
+            {"block": 8192, "num_warps": 16, "num_stages": 2},
+        ),
+    ),
+    Plan(
+        "softmax",
+        "cupy_softmax.py",
+        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        _grid({"threads": [512, 1024], "cache_kb": [0, 96, 200], "unroll": [2, 4]}),
+    ),
+    Plan(
+        "cross_entropy",
+        "triton_cross_entropy.py",
+        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        _grid(
+            {"block": [4096, 8192, 16384], "num_warps": [8, 16, 32]},
+            {"block": 8192, "num_warps": 16, "eviction": ""},
+        ),
+    ),
+    Plan(
+        "swiglu",
+        "triton_swiglu.py",
+        ["long-32768x18432", "long-32768x14336", "prefill-4096x14336", "decode-64x18432"],
+        _grid(
+            {"block": [1024, 2048, 4096], "num_warps": [4, 8]},
+            {"block": 2048, "num_warps": 4, "rows_per_program": 2},
+            {"block": 2048, "num_warps": 4, "load_eviction": ""},
+            {"block": 2048, "num_warps": 4, "store_cache": ".cs"},
+        ),
+    ),
+    Plan(
+        "rope",
+        "triton_rope.py",
+        ["long-32768x32x128", "long-131072x32x128", "long-131072x8x128", "prefill-4096x32x128"],
+        _grid(
+            {"head_block": [8, 16, 32], "num_warps": [2, 4, 8]},
+            {"head_block": 32, "num_warps": 4, "tokens_per_program": 2},
+            {"head_block": 8, "num_warps": 2, "tokens_per_program": 4},
+        ),
+    ),
+]
+
+
+def sweep(plan: Plan, out_dir: Path) -> dict:
+    """Every configuration of `plan` at its first shape, interleaved in one worker; returns the
+    fastest accepted configuration's parameters ({} when none was accepted)."""
+    from loop.driver import QUICK_RULE
+    from loop.evaluator import CandidateSpec, evaluate
+    from loop.tasks import load_task
+
+    task = load_task(plan.task)
+    shape_name = plan.shapes[0]
+    shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
+    specs = [
+        CandidateSpec(task.folder / plan.candidate, params, f"c{i}")
+        for i, params in enumerate(plan.configs)
+    ]
+    started = time.monotonic()
+    ev = evaluate(task, specs, "cuda", time_it=True, shapes=[shape_name], rule=QUICK_RULE)
+    nbytes = task.bytes_moved(shape)
+    copy_bw = (ev.ceilings or {}).get("copy_bytes_per_s")
+    rows = []
+    for v in ev.verdicts:
+        result = v.shapes.get(shape_name)
+        median = result.median_s if result else None
+        rows.append(
+            {
+                "params": v.params,
+                "accepted": v.accepted,
+                "reasons": [r.to_dict() for r in v.reasons],
+                "median_s": median,
+                "TBps": nbytes / median / 1e12 if median else None,
+                "fraction_of_copy": nbytes / median / copy_bw if median and copy_bw else None,
+            }
+        )
+    timed = [r for r in rows if r["accepted"] and r["median_s"]]
+    best = min(timed, key=lambda r: r["median_s"], default=None)
+    data = {
+        "task": plan.task,
+        "candidate": plan.candidate,
+        "shape": shape_name,
+        "bytes_moved": nbytes,
+        "ceilings": ev.ceilings,
+        "configs": rows,
+        "best": best,
+        "seconds": time.monotonic() - started,
+    }
+    stem = f"sweep-{plan.task}-{Path(plan.candidate).stem}"
+    (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=2))
+    if best:
+        print(
+            f"{stem}: best {best['params']} {best['median_s'] * 1e6:.1f} us "
+            f"{best['TBps']:.2f} TB/s ({(best['fraction_of_copy'] or 0) * 100:.1f} % of copy); "
+            f"{len(timed)}/{len(rows)} accepted, {data['seconds']:.0f} s",
+            flush=True,
+        )
+    else:
+        print(f"{stem}: no configuration accepted: {rows[0]['reasons']}", flush=True)
+    return best["params"] if best else {}
+
+
+def _autotune() -> list[str]:
+    exe = shutil.which("autotune")
+    return [exe] if exe else [sys.executable, "-c", "from appliance.cli import main; main()"]
+
+
+def bench(plan: Plan, params: dict, peers: list[str], out_dir: Path) -> None:
+    cmd = [*_autotune(), "bench", plan.task, plan.candidate, "--device", "cuda", "--json"]
+    if params:
+        cmd += ["--params", json.dumps(params)]
+    for shape in plan.shapes:
+        cmd += ["--shape", shape]
+    for peer in peers:
+        cmd += ["--peer", peer]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    stem = f"bench-{plan.task}-{Path(plan.candidate).stem}"
+    (out_dir / f"{stem}.json").write_text(proc.stdout)
+    if proc.stderr.strip():
+        (out_dir / f"{stem}.stderr.txt").write_text(proc.stderr)
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        print(f"{stem}: exit {proc.returncode}, no JSON; see {stem}.stderr.txt", flush=True)
+        return
+    print(f"{stem}: {data.get('verdict')} in {time.monotonic() - started:.0f} s", flush=True)
+    for row in data.get("table", []):
+        sp = row.get("speedup_vs_best_peer") or {}
+        cand = row.get("candidate_s")
+        peers_us = {k: round(v * 1e6, 1) for k, v in row["peers"].items() if v}
+        print(
+            f"  {row['shape']}: {cand * 1e6 if cand else float('nan'):.1f} us, peers {peers_us}, "
+            f"{sp.get('ratio', float('nan')):.3f}x vs {row.get('best_peer')}",
+            flush=True,
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--sweep", action="store_true", help="Sweep configurations first.")
+    parser.add_argument("--no-bench", action="store_true", help="Stop after the sweep.")
+    parser.add_argument("--tasks", default="", help="Comma-separated task names [all].")
+    parser.add_argument("--peer", action="append", default=[], help="Peers for bench [all].")
+    args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    wanted = {t for t in args.tasks.split(",") if t}
+    for plan in PLANS:
+        if wanted and plan.task not in wanted:
+            continue
+        params = sweep(plan, args.out_dir) if args.sweep else {}
+        if not args.no_bench:
+            bench(plan, params, args.peer, args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The vocabulary cross-entropy task: reference, inputs (integer targets, ignored rows), shapes,
+and its shipped candidates on the CPU (Triton under the interpreter, both paths) against a wrong
+kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_shipped_accepted,
+    assert_wrong_rejected,
+    evaluate_with_wrong,
+    gpu_evaluate,
+)
+
+# Forgets ignore_index: ignored rows get the loss of column 0 instead of 0.
+WRONG = """
+import torch
+LANGUAGE = "torch"
+def kernel(logits, targets):
+    x = logits.float()
+    mx = x.amax(-1, keepdim=True)
+    lse = (mx + torch.log(torch.exp(x - mx).sum(-1, keepdim=True))).squeeze(-1)
+    return lse - x.gather(1, targets.clamp_min(0).unsqueeze(1)).squeeze(1)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("cross_entropy")
+
+
+def test_reference_matches_the_formula(task) -> None:
+    shape = next(s for s in task.shapes("cpu") if s.dims["rows"] > 8)
+    logits, targets = task.make_inputs(shape, 3, "cpu")
+    got = task.reference(logits.double(), targets).numpy()
+    x, t = logits.double().numpy(), targets.numpy()
+    lse = np.log(np.exp(x).sum(-1))
+    want = np.where(t == -100, 0.0, lse - x[np.arange(len(t)), np.maximum(t, 0)])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_inputs_have_integer_targets_and_ignored_rows(task) -> None:
+    shape = next(s for s in task.shapes("cpu") if s.dims["rows"] > 8)
+    a, b, c = (task.make_inputs(shape, s, "cpu") for s in (5, 5, 6))
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not torch.equal(a[0], c[0])
+    logits, targets = a
+    assert targets.dtype == torch.int64
+    ignored = targets == -100
+    assert 0 < int(ignored.sum()) < len(targets)
+    assert int(targets[~ignored].max()) < shape.dims["vocab"]
+    loss = task.reference(logits.double(), targets)
+    assert float(loss[~ignored].min()) > 0.0
+    assert 1.0 < float(loss[~ignored].mean()) < 3.0 * np.log(shape.dims["vocab"])
+
+
+def test_gpu_shapes_and_traffic(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {s.dtype for s in shapes} == {"float32"}  # the loss; logits are bfloat16
+    assert {s.dims["logits_dtype"] for s in shapes} == {"bfloat16"}
+    big = next(s for s in shapes if s.name == "prefill-8192x128256")
+    assert task.bytes_moved(big) == 2 * 8192 * 128256 + 12 * 8192
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_cross_entropy.py", {"chunk_rows": 16}),
+            ("triton_cross_entropy.py", {"block": 2048, "split_below": 0}),
+            ("triton_cross_entropy.py", {"block": 2048, "split_below": 64}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+@pytest.mark.gpu
+def test_shipped_candidates_on_gpu(task) -> None:
+    ev = gpu_evaluate(task, [("triton_cross_entropy.py", {}), ("torch_cross_entropy.py", {})])
+    for verdict in ev.verdicts:
+        assert verdict.accepted, verdict.reasons

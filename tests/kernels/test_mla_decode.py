@@ -1,0 +1,88 @@
+"""The MLA decode task: reference, inputs, shapes, and its shipped candidates (CPU; Triton under
+the interpreter)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
+
+TRITON_PARAMS = {"block_h": 16, "block_n": 16, "split_tokens": 32, "num_stages": 1}
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("mla_decode")
+
+
+def test_reference_is_latent_attention_with_a_rope_term(task) -> None:
+    shape = task.shapes("cpu")[1]
+    qn, qp, c, p = (t.double().numpy() for t in task.make_inputs(shape, 3, "cpu"))
+    got = task.reference(*(torch.from_numpy(t) for t in (qn, qp, c, p))).numpy()
+    for b in range(qn.shape[0]):
+        s = (qn[b] @ c[b].T + qp[b] @ p[b].T) / math.sqrt(192)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(got[b], w / w.sum(-1, keepdims=True) @ c[b], rtol=1e-12)
+
+
+def test_inputs_are_seeded_and_outputs_of_order_one(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    a, b, c = (task.make_inputs(shape, s, "cpu") for s in (5, 5, 6))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not torch.equal(a[2], c[2])
+    assert 0.1 < float(task.reference(*(t.double() for t in a)).abs().mean()) < 2.0
+
+
+def test_gpu_shapes_are_deepseek_v3_up_to_128k(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {(s.dims["heads"], s.dims["kv_lora_rank"], s.dims["rope_dim"]) for s in shapes} == {
+        (128, 512, 64)
+    }
+    assert max(s.dims["kv_len"] for s in shapes) >= 131072
+    shape = next(s for s in shapes if s.name == "b1-kv131072")
+    assert task.bytes_moved(shape) == 2 * (131072 * 576 + 128 * (2 * 512 + 64))
+
+
+def test_peers_agree_with_the_reference_on_cpu(task) -> None:
+    inputs = task.make_inputs(task.shapes("cpu")[0], 1, "cpu")
+    want = task.reference(*(t.double() for t in inputs))
+    for name in ("eager", "sdpa-mqa"):
+        got = task.peers[name](*inputs).double()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_candidates_pass_and_a_dropped_rope_term_is_rejected(task, tmp_path) -> None:
+    triton_src = task.folder / "triton_mla_decode.py"
+    bug = mutated(
+        triton_src,
+        's = tl.dot(qp, tl.trans(kp), s, input_precision="ieee")',
+        "s = s + 0.0",
+        tmp_path / "b.py",
+    )
+    specs = {
+        "triton": (triton_src, TRITON_PARAMS),
+        "auto-split": (triton_src, {"block_h": 16, "block_n": 32, "num_stages": 1}),
+        "torch": (task.folder / "torch_mla_decode.py", {"chunk": 1024}),
+        "bug": (bug, TRITON_PARAMS),
+    }
+    ev = evaluate_on_cpu(task, specs)
+    for label in ("triton", "auto-split", "torch"):
+        verdict = ev.by_label(label)
+        assert verdict.accepted, (label, verdict.reasons)
+        assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
+    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, {"block_h": 16, "block_n": 64, "num_warps": 4}])
+def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
+    from loop.evaluator import CandidateSpec, evaluate
+
+    spec = CandidateSpec(task.folder / "triton_mla_decode.py", params)
+    ev = evaluate(task, [spec], "cuda")
+    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons

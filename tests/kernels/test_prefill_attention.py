@@ -1,0 +1,102 @@
+"""The causal prefill attention task: reference (chunked), inputs, shapes, and its shipped
+candidates (CPU; Triton under the interpreter)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
+
+TRITON_PARAMS = {"block_m": 16, "block_n": 16, "num_stages": 1}
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("prefill_attention")
+
+
+def _dense(q, k, v) -> np.ndarray:
+    q_len, kv_len = q.shape[2], k.shape[2]
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[3])
+    rows = np.arange(q_len)[:, None] + kv_len - q_len
+    s = np.where(np.arange(kv_len)[None, :] > rows, -np.inf, s)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True) @ v
+
+
+@pytest.mark.parametrize("budget", [1 << 27, 40])
+def test_reference_is_bottom_right_causal_attention_at_any_chunking(
+    task, monkeypatch, budget
+) -> None:
+    monkeypatch.setattr(task.module, "REFERENCE_BUDGET", budget)
+    for shape in task.shapes("cpu"):
+        inputs = [t.double() for t in task.make_inputs(shape, 3, "cpu")]
+        got = task.reference(*inputs).numpy()
+        np.testing.assert_allclose(
+            got, _dense(*(t.numpy() for t in inputs)), rtol=1e-10, atol=1e-12
+        )
+
+
+def test_inputs_are_seeded_and_outputs_of_order_one(task) -> None:
+    shape = task.shapes("cpu")[0]
+    a, b, c = (task.make_inputs(shape, s, "cpu") for s in (5, 5, 6))
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not torch.equal(a[0], c[0])
+    assert 0.1 < float(task.reference(*(t.double() for t in a)).abs().mean()) < 2.0
+
+
+def test_gpu_shapes_span_1k_to_64k_and_a_chunk_of_128k(task) -> None:
+    shapes = task.shapes("cuda")
+    full = {s.dims["q_len"] for s in shapes if s.dims["q_len"] == s.dims["kv_len"]}
+    assert min(full) == 1024 and max(full) == 65536
+    assert max(s.dims["kv_len"] for s in shapes) >= 131072
+    assert {(s.dims["heads"], s.dims["head_dim"], s.dtype) for s in shapes} == {
+        (32, 128, "bfloat16")
+    }
+
+
+def test_flops_count_only_the_causal_half(task) -> None:
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-q65536-kv65536")
+    assert task.flops(shape) == 4 * 32 * 128 * (65536 * 65537 // 2)
+    chunk = next(s for s in task.shapes("cuda") if s.dims["q_len"] < s.dims["kv_len"])
+    q, kv = chunk.dims["q_len"], chunk.dims["kv_len"]
+    assert task.flops(chunk) == 4 * 32 * 128 * (q * (kv - q) + q * (q + 1) // 2)
+
+
+def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -> None:
+    triton_src = task.folder / "triton_prefill_attention.py"
+    bug = mutated(
+        triton_src,
+        "visible = (rn[None, :] <= rm[:, None] + offset) & (rn[None, :] < kv_len)",
+        "visible = rn[None, :] < kv_len",
+        tmp_path / "b.py",
+    )
+    specs = {
+        "triton": (triton_src, TRITON_PARAMS),
+        "m32-n16": (triton_src, {"block_m": 32, "block_n": 16, "num_stages": 1}),
+        "torch": (task.folder / "torch_prefill_attention.py", {"chunk": 64}),
+        "bug": (bug, TRITON_PARAMS),
+    }
+    ev = evaluate_on_cpu(task, specs)
+    for label in ("triton", "m32-n16", "torch"):
+        verdict = ev.by_label(label)
+        assert verdict.accepted, (label, verdict.reasons)
+        assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
+    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, {"block_m": 64, "block_n": 64, "num_warps": 4}])
+def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
+    from loop.evaluator import CandidateSpec, evaluate
+
+    spec = CandidateSpec(task.folder / "triton_prefill_attention.py", params)
+    ev = evaluate(
+        task, [spec], "cuda", shapes=["b8-q1024-kv1024", "b1-q8192-kv8192", "b1-q8192-kv131072"]
+    )
+    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons

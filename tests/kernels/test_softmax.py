@@ -1,0 +1,104 @@
+"""The vocabulary softmax task: reference, inputs, shapes, its shipped candidates on the CPU
+(Triton under the interpreter, each of its three paths) against a wrong kernel, the CLI door, and
+on the GPU the Triton and CuPy candidates."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from appliance.cli import main
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_shipped_accepted,
+    assert_wrong_rejected,
+    evaluate_with_wrong,
+    gpu_evaluate,
+)
+
+# Normalises over the first 1024 columns only: right on small rows, wrong on a vocabulary.
+WRONG = """
+import torch
+LANGUAGE = "torch"
+def kernel(x):
+    xf = x.float()
+    e = torch.exp(xf - xf.amax(-1, keepdim=True))
+    return (e / e[:, :1024].sum(-1, keepdim=True)).to(x.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("softmax")
+
+
+def test_reference_matches_the_formula(task) -> None:
+    (x,) = task.make_inputs(task.shapes("cpu")[0], 3, "cpu")
+    got = task.reference(x.double()).numpy()
+    xn = x.double().numpy()
+    want = np.exp(xn) / np.exp(xn).sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-12)
+
+
+def test_inputs_are_seeded_with_peaked_rows(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    (a,), (b,), (c,) = (task.make_inputs(shape, s, "cpu") for s in (5, 5, 6))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    probs = task.reference(a.double())
+    assert float(probs[0].max()) > 0.5 > float(probs[1].max())
+
+
+def test_gpu_shapes_and_traffic(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {s.dtype for s in shapes} == {"bfloat16"}
+    assert {s.dims["vocab"] for s in shapes} >= {32000, 128256}
+    assert min(s.dims["rows"] for s in shapes) == 1
+    big = next(s for s in shapes if s.name == "prefill-8192x128256")
+    assert task.bytes_moved(big) == 2 * 2 * 8192 * 128256
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_softmax.py", {"chunk_rows": 16}),
+            ("triton_softmax.py", {"single_pass_max": 16384, "row_warps": 8}),  # whole rows
+            ("triton_softmax.py", {"block": 2048, "single_pass_max": 0, "split_below": 0}),
+            ("triton_softmax.py", {"block": 2048, "single_pass_max": 0, "split_below": 64}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+def test_verify_door_accepts_the_cpu_candidate(task) -> None:
+    result = CliRunner().invoke(
+        main, ["verify", "softmax", "torch_softmax.py", "--device", "cpu", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["verdict"] == "accepted"
+    assert set(data["shapes"]) == {s.name for s in task.shapes("cpu")}
+
+
+@pytest.mark.gpu
+def test_shipped_candidates_on_gpu(task) -> None:
+    pytest.importorskip("cupy")
+    ev = gpu_evaluate(
+        task,
+        [
+            ("triton_softmax.py", {}),
+            ("cupy_softmax.py", {}),
+            ("cupy_softmax.py", {"cache_kb": 0, "threads": 256, "unroll": 1}),
+            ("torch_softmax.py", {}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.params, verdict.reasons)
