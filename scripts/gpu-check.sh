@@ -5,6 +5,8 @@
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
+#   memtasks  scripts/bench_tasks_gpu.py (the memory-bound tasks; MEMTASKS_ARGS)
+#   gemmattn  scripts/bench_attention_gemm_gpu.sh (GEMMATTN_STAGES)
 #   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
 #   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
 # Logs and JSON are written under a work folder and packed into $OUT/results.tgz (the device
@@ -39,6 +41,12 @@ for stage in "$@"; do
         best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best'])" "$OUT/sweep.json")
         echo "sweep best: $best"
         BENCH_PARAMS=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['top']))" "$OUT/sweep.json")
+        ;;
+    memtasks)
+        timeout "${MEMTASKS_TIMEOUT:-330}" python3 scripts/bench_tasks_gpu.py "$OUT/memtasks" ${MEMTASKS_ARGS:---sweep --no-bench} 2>&1 | tee "$OUT/memtasks.log" | tail -30
+        ;;
+    gemmattn)
+        timeout "${GEMMATTN_TIMEOUT:-330}" bash scripts/bench_attention_gemm_gpu.sh "$OUT/gemmattn" ${GEMMATTN_STAGES:-skinny_gemm gqa_decode} 2>&1 | tee "$OUT/gemmattn.log" | tail -30
         ;;
     aa)
         python3 scripts/aa_decisions.py "$OUT/aa-decisions.json" ${AA_ARGS:-} 2>&1 | tee "$OUT/aa.log" | tail -30
