@@ -54,11 +54,15 @@
           src = import ./nix/source.nix { inherit lib; };
         };
 
-      # What a report needs to say which build produced it (issue 10, point 3).
+      # What a report needs to say which build produced it (appliance/fingerprint.py reads these
+      # from the wrapper's environment). The lock hashes are computed here because a Nix run has
+      # no checkout to hash them from.
       fingerprint = {
         AUTOTUNE_NIX_FLAKE_REV = self.rev or self.dirtyRev or "dirty";
         AUTOTUNE_NIX_FLAKE_NARHASH = self.narHash or "unknown";
         AUTOTUNE_NIX_NIXPKGS_REV = nixpkgs.rev or "unknown";
+        AUTOTUNE_NIX_FLAKE_LOCK_SHA256 = builtins.hashFile "sha256" ./flake.lock;
+        AUTOTUNE_NIX_UV_LOCK_SHA256 = builtins.hashFile "sha256" ./uv.lock;
       };
 
       wrapperFor =

@@ -8,6 +8,7 @@ import click
 from appliance import __version__
 from appliance.commands.baseline import baseline
 from appliance.commands.evaluate import bench, verify
+from appliance.commands.fleet import fleet
 from appliance.commands.host import host
 from appliance.commands.loop import loop
 from appliance.commands.report import report
@@ -28,5 +29,5 @@ def main(ctx: click.Context) -> None:
         ctx.invoke(run)
 
 
-for command in (run, host, baseline, verify, bench, loop, report, tasks):
+for command in (run, host, baseline, verify, bench, loop, report, tasks, fleet):
     main.add_command(command)

@@ -54,6 +54,9 @@ WELL_KNOWN_DIRS = (
     "usr/local/nvidia/lib",
     "usr/lib/wsl/lib",  # WSL 2
     "usr/lib",  # Arch
+    "usr/lib/nvidia",  # driver packages that keep their own folder
+    "usr/lib/nvidia-*",  # older Ubuntu packaging (nvidia-470, ...), newest first
+    "usr/lib64/nvidia",
 )
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real")
@@ -167,8 +170,17 @@ class DriverDirError(RuntimeError):
 
 
 def default_roots(prefix: Path = Path("/")) -> list[Path]:
-    """The well-known driver folders, NixOS's first, under `prefix` (a fake root in tests)."""
-    return [prefix / d for d in WELL_KNOWN_DIRS]
+    """The well-known driver folders, NixOS's first, under `prefix` (a fake root in tests).
+
+    A pattern (`usr/lib/nvidia-*`) gives the folders it matches, highest driver branch first.
+    """
+    roots: list[Path] = []
+    for entry in WELL_KNOWN_DIRS:
+        if "*" in entry:
+            roots += sorted(prefix.glob(entry), key=_branch_key, reverse=True)
+        else:
+            roots.append(prefix / entry)
+    return roots
 
 
 def read_ldconfig_cache() -> str:
@@ -322,6 +334,12 @@ def private_dir() -> Path:
     if not base or not os.access(base, os.W_OK):
         base = None
     return Path(tempfile.mkdtemp(prefix="autotune-driver-", dir=base))
+
+
+def _branch_key(folder: Path) -> tuple[int, str]:
+    """`nvidia-535` sorts after `nvidia-470`, and after `nvidia-99`."""
+    digits = re.sub(r"\D", "", folder.name)
+    return (int(digits) if digits else -1, folder.name)
 
 
 def _is_nixos_dir(path: Path) -> bool:

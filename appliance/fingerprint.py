@@ -3,6 +3,11 @@
 Everything is read, nothing is changed. Whatever cannot be found is null (or
 "unknown" for the git commit), never an exception. GPU serial numbers and
 UUIDs are replaced by "redacted" unless the caller keeps them.
+
+A run started by the Nix flake's wrapper (`nix run .#autotune`) has no checkout to read: the
+wrapper passes the flake's revision, narHash, nixpkgs' revision, the lock files' hashes and
+its own store path in `AUTOTUNE_NIX_*` variables (nix/run-with-driver.sh), and those fill
+the `nix` block, the git state and the lock hashes.
 """
 
 from __future__ import annotations
@@ -11,11 +16,16 @@ import hashlib
 import importlib
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from appliance.driver_discovery import DriverLibs, find_driver_libs
 
 if TYPE_CHECKING:
     from host_tuning.nvml_base import NvmlBackend
@@ -25,6 +35,35 @@ REDACTED = "redacted"
 UNKNOWN_COMMIT = "unknown"
 GIT_TIMEOUT_S = 10
 NVML_LIBRARY = "libnvidia-ml.so"
+DIRTY = "dirty"
+NIX_ENV_PREFIX = "AUTOTUNE_NIX_"
+DRIVER_DIR_ENV = "AUTOTUNE_DRIVER_DIR"
+
+_STORE_PATH = re.compile(r"^/nix/store/[0-9a-z]{32}-[^/]+$")
+_REVISION = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class NixBuild:
+    """Which flake build is running, as the `nix run` wrapper recorded it."""
+
+    store_path: str
+    flake_revision: str  # a commit, "<commit>-dirty" for an uncommitted tree, or "dirty"
+    flake_dirty: bool
+    flake_narhash: str | None
+    nixpkgs_revision: str | None
+    flake_lock_sha256: str | None
+    uv_lock_sha256: str | None
+
+    @property
+    def commit(self) -> str:
+        """The git commit the flake was built from, or "unknown" (a dirty path flake)."""
+        head = self.flake_revision.removesuffix("-dirty")
+        return head if _REVISION.match(head) else UNKNOWN_COMMIT
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def collect_fingerprint(
@@ -32,33 +71,110 @@ def collect_fingerprint(
     *,
     keep_ids: bool = False,
     nvml: NvmlBackend | None = None,
+    environ: Mapping[str, str] | None = None,
+    driver: DriverLibs | None = None,
 ) -> dict:
     """Fingerprint of this process's environment, shaped like the report's `fingerprint`.
 
     `repo_dir` is the checkout whose commit and lock files count; by default the
     checkout this package runs from (none when installed from a wheel or Nix).
     `nvml` is an open NVML backend to read GPUs from (the caller keeps it open);
-    by default the real NVML is opened and closed here.
+    by default the real NVML is opened and closed here. `environ` is where the Nix
+    wrapper's variables are read (default: this process's environment). `driver` is
+    the driver search result to record (default: a search of this host).
     """
+    environ = os.environ if environ is None else environ
     if repo_dir is None:
         repo_dir = PACKAGE_ROOT if _is_repo_root(PACKAGE_ROOT) else None
+    package_store_path = nix_store_path(Path(__file__)) or nix_store_path(Path(sys.prefix))
+    nix = nix_build(environ, package_store_path)
     versions = _library_versions()
     gpus, nvml_system, note, library = _gpu_facts(nvml, keep_ids)
-    versions["driver"] = nvml_system.get("driver_version")
+    driver = find_driver_libs() if driver is None else driver
+    versions["driver"] = nvml_system.get("driver_version") or driver.version
     versions["nvml"] = nvml_system.get("nvml_version")
+    git, locks = code_state(repo_dir, nix)
     return {
-        "git": git_state(repo_dir) if repo_dir else {"commit": UNKNOWN_COMMIT, "dirty": None},
-        "locks": {
-            "uv_lock_sha256": file_sha256(repo_dir / "uv.lock") if repo_dir else None,
-            "flake_lock_sha256": file_sha256(repo_dir / "flake.lock") if repo_dir else None,
-        },
-        "nix_store_path": nix_store_path(Path(__file__)) or nix_store_path(Path(sys.prefix)),
+        "git": git,
+        "locks": locks,
+        "nix_store_path": nix.store_path if nix else package_store_path,
+        "nix": nix.to_dict() if nix else None,
         "versions": versions,
         "driver_library": library,
+        "driver": driver_facts(driver, environ.get(DRIVER_DIR_ENV) or None),
         "gpus": gpus,
         "host": _host(),
         "ids_redacted": not keep_ids,
         "note": note,
+    }
+
+
+def code_state(repo_dir: Path | None, nix: NixBuild | None) -> tuple[dict, dict]:
+    """(git state, lock hashes): from the checkout when there is one, else from the Nix build."""
+    if repo_dir is not None:
+        locks = {
+            "uv_lock_sha256": file_sha256(repo_dir / "uv.lock"),
+            "flake_lock_sha256": file_sha256(repo_dir / "flake.lock"),
+        }
+        return git_state(repo_dir), locks
+    if nix is not None:
+        git = {"commit": nix.commit, "dirty": nix.flake_dirty}
+        return git, {
+            "uv_lock_sha256": nix.uv_lock_sha256,
+            "flake_lock_sha256": nix.flake_lock_sha256,
+        }
+    return {"commit": UNKNOWN_COMMIT, "dirty": None}, {
+        "uv_lock_sha256": None,
+        "flake_lock_sha256": None,
+    }
+
+
+def nix_build(environ: Mapping[str, str], package_store_path: str | None) -> NixBuild | None:
+    """The Nix wrapper's record of this build, or None when this is not a Nix run.
+
+    Only trusted when this package itself lies in the Nix store: `AUTOTUNE_NIX_*` variables
+    inherited by a checkout's run (say, from a shell that once ran the wrapper) describe some
+    other build. Malformed values become None rather than being reported.
+    """
+    store_path = environ.get(NIX_ENV_PREFIX + "STORE_PATH", "")
+    if package_store_path is None or not _STORE_PATH.match(store_path):
+        return None
+    revision = environ.get(NIX_ENV_PREFIX + "FLAKE_REV") or DIRTY
+    if revision != DIRTY and not _REVISION.match(revision.removesuffix("-dirty")):
+        revision = DIRTY
+    return NixBuild(
+        store_path=store_path,
+        flake_revision=revision,
+        flake_dirty=revision == DIRTY or revision.endswith("-dirty"),
+        flake_narhash=_known(environ.get(NIX_ENV_PREFIX + "FLAKE_NARHASH")),
+        nixpkgs_revision=_known(environ.get(NIX_ENV_PREFIX + "NIXPKGS_REV")),
+        flake_lock_sha256=_sha256(environ.get(NIX_ENV_PREFIX + "FLAKE_LOCK_SHA256")),
+        uv_lock_sha256=_sha256(environ.get(NIX_ENV_PREFIX + "UV_LOCK_SHA256")),
+    )
+
+
+def driver_facts(libs: DriverLibs, exposed_dir: str | None = None) -> dict:
+    """The host driver as found: version, where, how, and each library's real file and hash.
+
+    `exposed_dir` is the private folder the Nix wrapper put on LD_LIBRARY_PATH, if any.
+    """
+    return {
+        "found": libs.found,
+        "version": libs.version,
+        "source": libs.source,
+        "directory": str(libs.directory) if libs.directory else None,
+        "exposed_dir": exposed_dir,
+        "kernel_module_version": libs.kernel_module_version,
+        "libraries": [
+            {
+                "soname": lib.soname,
+                "path": str(lib.real_path),
+                "version": lib.version,
+                "sha256": file_sha256(lib.real_path),
+            }
+            for lib in libs.libs
+        ],
+        "warnings": libs.warnings(),
     }
 
 
@@ -111,6 +227,14 @@ def redact_ids(gpu: dict, keep_ids: bool) -> dict:
     if keep_ids:
         return dict(gpu)
     return {k: REDACTED if k in ("uuid", "serial") and v is not None else v for k, v in gpu.items()}
+
+
+def _known(value: str | None) -> str | None:
+    return None if not value or value == "unknown" else value
+
+
+def _sha256(value: str | None) -> str | None:
+    return value if value and _SHA256.match(value) else None
 
 
 def _is_repo_root(path: Path) -> bool:

@@ -20,6 +20,9 @@ let
     optuna = ps.optuna;
     rich = ps.rich;
     numpy = ps.numpy;
+    # The "binary" extra is psycopg's C implementation; nixpkgs' psycopg always carries it
+    # (psycopg-c, built against nixpkgs' libpq).
+    psycopg = ps.psycopg;
   };
   # PEP 503 normalised name of a PEP 508 requirement: "Foo_Bar>=1; extra" -> "foo-bar".
   nameOf =

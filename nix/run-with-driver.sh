@@ -18,6 +18,8 @@ export CXX="${CXX:-@cxx@}"
 export AUTOTUNE_NIX_FLAKE_REV="@flakeRev@"
 export AUTOTUNE_NIX_FLAKE_NARHASH="@flakeNarHash@"
 export AUTOTUNE_NIX_NIXPKGS_REV="@nixpkgsRev@"
+export AUTOTUNE_NIX_FLAKE_LOCK_SHA256="@flakeLockSha256@"
+export AUTOTUNE_NIX_UV_LOCK_SHA256="@uvLockSha256@"
 self_path="$("@readlink@" -f "${BASH_SOURCE[0]}")"
 export AUTOTUNE_NIX_STORE_PATH="${self_path%/bin/*}"
 

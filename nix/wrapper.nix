@@ -31,6 +31,8 @@ let
             "@flakeRev@"
             "@flakeNarHash@"
             "@nixpkgsRev@"
+            "@flakeLockSha256@"
+            "@uvLockSha256@"
             "@readlink@"
             "@program@"
             "@programArgs@"
@@ -44,6 +46,8 @@ let
             fingerprint.AUTOTUNE_NIX_FLAKE_REV
             fingerprint.AUTOTUNE_NIX_FLAKE_NARHASH
             fingerprint.AUTOTUNE_NIX_NIXPKGS_REV
+            fingerprint.AUTOTUNE_NIX_FLAKE_LOCK_SHA256
+            fingerprint.AUTOTUNE_NIX_UV_LOCK_SHA256
             "${pkgs.coreutils}/bin/readlink"
             program
             programArgs

@@ -8,12 +8,14 @@ uses a private store under the test's temporary folder, so no daemon or root is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ SYSTEMS = ("x86_64-linux", "aarch64-linux")
 FLAKE_TREE = (
     "flake.nix",
     "flake.lock",
+    "uv.lock",
     "nix",
     "pyproject.toml",
     "README.md",
@@ -70,14 +73,19 @@ def nix(args: list[str], env: dict[str, str], cwd: Path = REPO, program: str = "
     return done.stdout
 
 
-def nix_eval(expr: str, env: dict[str, str], store: Path) -> object:
-    """Evaluate `expr` (with `flake` = the stub-evaluated outputs) to JSON, never writing."""
+def nix_eval(expr: str, env: dict[str, str], store: Path, self_attrs: str = "") -> object:
+    """Evaluate `expr` (with `flake` = the stub-evaluated outputs) to JSON, never writing.
+
+    `self_attrs` adds Nix attributes to the flake's `self` (`rev = "...";`), as Nix does for a
+    clean or dirty git checkout.
+    """
     prelude = (
         "let\n"
         "  stub = import ./nix/stub-nixpkgs/input.nix;\n"
         "  self = outputs // {\n"
         '    outPath = "/nix/store/00000000000000000000000000000000-source";\n'
         '    narHash = "sha256-0000000000000000000000000000000000000000000=";\n'
+        f"    {self_attrs}\n"
         "  };\n"
         "  outputs = (import ./flake.nix).outputs { inherit self; nixpkgs = stub; };\n"
         "  flake = outputs;\n"
@@ -241,8 +249,9 @@ def test_gpu_build_uses_cuda_and_checks_use_the_cpu_set(
         tmp_path / "store",
     )
     assert isinstance(facts, dict)
-    mapped = {"click", "torch", "triton", "nvidia-ml-py", "psutil", "fabric", "jsonschema"}
-    mapped |= {"optuna", "rich", "numpy"}
+    declared = pyproject_dependency_names()
+    assert {"torch", "triton", "cupy-cuda12x"} <= declared
+    mapped = declared - {"cupy-cuda12x"}
     assert set(facts["gpuDeps"]) == mapped | {"cupy"}
     assert set(facts["cpuDeps"]) == mapped
     assert facts["gpuTorch"] == {
@@ -326,6 +335,11 @@ def test_wrapper_text_finds_the_driver_before_running(
     assert f'-I "{discovery}" --print' in app
     assert re.search(rf'exec "{re.escape(texts["package"])}/bin/autotune" +"\$@"', app)
     assert "--print --require" in smoke and "gpu_smoke.py" in smoke
+    for variable, lock in (("FLAKE_LOCK", LOCK), ("UV_LOCK", REPO / "uv.lock")):
+        digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+        assert f'export AUTOTUNE_NIX_{variable}_SHA256="{digest}"' in app
+    assert 'export AUTOTUNE_NIX_FLAKE_NARHASH="sha256-000' in app
+    assert 'export AUTOTUNE_NIX_NIXPKGS_REV="0000000000000000000000000000000000000000"' in app
     assert app.index("--print") < app.index("exec ")
     if shutil.which("shellcheck"):
         for name, text in (("app", app), ("smoke", smoke)):
@@ -333,6 +347,55 @@ def test_wrapper_text_finds_the_driver_before_running(
             script.write_text("#!/usr/bin/env bash\nset -o errexit -o nounset -o pipefail\n" + text)
             done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
             assert done.returncode == 0, done.stdout
+
+
+def pyproject_dependency_names() -> set[str]:
+    """PEP 503 names of pyproject.toml's dependencies, as nix/python-deps.nix reads them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = (re.match(r"\s*([A-Za-z0-9._-]+)", r).group(1) for r in project["dependencies"])
+    return {re.sub(r"[-_.]+", "-", name).lower() for name in names}
+
+
+@needs_nix
+@pytest.mark.parametrize(
+    ("self_attrs", "expected"),
+    [
+        ("", "dirty"),
+        ('rev = "' + "1" * 40 + '";', "1" * 40),
+        ('dirtyRev = "' + "2" * 40 + '-dirty";', "2" * 40 + "-dirty"),
+    ],
+)
+def test_the_wrapper_records_the_flakes_revision_or_dirty(
+    nix_env: dict[str, str], tmp_path: Path, self_attrs: str, expected: str
+) -> None:
+    app = nix_eval(
+        "flake.packages.x86_64-linux.autotune-with-driver.text",
+        nix_env,
+        tmp_path / "store",
+        self_attrs,
+    )
+    assert isinstance(app, str)
+    assert f'export AUTOTUNE_NIX_FLAKE_REV="{expected}"' in app
+
+
+def test_binary_caches_are_documented_not_forced() -> None:
+    """No live nixConfig in the flake; every cache the docs name comes with its public key."""
+    flake = (REPO / "flake.nix").read_text()
+    live = [line for line in flake.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("nixConfig" in line or "substituters" in line for line in live)
+    docs = (REPO / "docs/nix.md").read_text()
+    rows = [line for line in docs.splitlines() if re.match(r"\| `https://", line)]
+    caches = {re.search(r"https://([^ `]+)", row).group(1): row for row in rows}
+    assert {
+        "cache.nixos-cuda.org",
+        "cuda-maintainers.cachix.org",
+        "nix-community.cachix.org",
+    } <= set(caches)
+    for cache, row in caches.items():
+        assert re.search(r"`[a-z0-9.-]+:[A-Za-z0-9+/]{43}=`", row), f"{cache} has no public key"
+        assert cache in docs[docs.index("extra-substituters =") :], (
+            f"{cache} not in the nix.conf lines"
+        )
 
 
 def nix_list(items: list[str]) -> str:
@@ -350,6 +413,8 @@ def render_wrapper(tmp_path: Path, program: Path, **overrides: str) -> Path:
         "@flakeRev@": "dirty",
         "@flakeNarHash@": "sha256-flake",
         "@nixpkgsRev@": "0182a361324364ae3f436a63005877674cf45efb",
+        "@flakeLockSha256@": "a" * 64,
+        "@uvLockSha256@": "b" * 64,
         "@readlink@": shutil.which("readlink") or "readlink",
         "@program@": sys.executable,
         "@programArgs@": str(program),
@@ -396,6 +461,8 @@ def test_wrapper_body_runs_the_program_with_the_fingerprint(tmp_path: Path) -> N
     assert seen["env"]["AUTOTUNE_NIX_FLAKE_REV"] == "dirty"
     assert seen["env"]["AUTOTUNE_NIX_FLAKE_NARHASH"] == "sha256-flake"
     assert seen["env"]["AUTOTUNE_NIX_NIXPKGS_REV"] == "0182a361324364ae3f436a63005877674cf45efb"
+    assert seen["env"]["AUTOTUNE_NIX_FLAKE_LOCK_SHA256"] == "a" * 64
+    assert seen["env"]["AUTOTUNE_NIX_UV_LOCK_SHA256"] == "b" * 64
     assert seen["env"]["AUTOTUNE_NIX_STORE_PATH"] == str((tmp_path / "store-entry").resolve())
     assert seen["env"]["CC"] == "/nix/store/fake-gcc-wrapper/bin/cc"
     if find_driver_libs().found:

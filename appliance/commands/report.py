@@ -1,4 +1,4 @@
-"""`autotune report ...`: validate and render speedup reports."""
+"""`autotune report ...`: validate, render, verify and compare speedup reports."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from appliance.commands.options import (
 from appliance.output import (
     EXIT_CODES_HELP,
     EXIT_REJECTED,
+    UsageFailure,
     console,
     emit_json,
+    fmt_time,
 )
 
 
 @click.group()
 def report() -> None:
-    """Validate and render speedup reports."""
+    """Validate, render, verify and compare speedup reports."""
 
 
 @report.command("validate", epilog=EXIT_CODES_HELP)
@@ -40,3 +42,157 @@ def report_validate(file: Path, as_json: bool) -> None:
         console.print(f"[green]valid[/green] {file}")
     if errors:
         raise SystemExit(EXIT_REJECTED)
+
+
+def _load(file: Path) -> dict:
+    """The report, validated and upgraded; an invalid one is bad input naming its paths."""
+    from appliance.report import InvalidReport, load_report
+
+    try:
+        return load_report(file)
+    except InvalidReport as exc:
+        raise UsageFailure(f"{file}: {exc}") from exc
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageFailure(f"cannot write {path}: {exc.strerror}") from exc
+
+
+@report.command("render", epilog=EXIT_CODES_HELP)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--html", "html_out", type=click.Path(path_type=Path), help="Write the HTML page.")
+@click.option("--md", "md_out", type=click.Path(path_type=Path), help="Write the Markdown.")
+def report_render(file: Path, html_out: Path | None, md_out: Path | None) -> None:
+    """Render FILE as one self-contained HTML page (plots inline) and/or Markdown."""
+    from appliance.report import render_html, render_markdown
+    from appliance.report.schema import read_json_file, validate_report
+
+    if html_out is None and md_out is None:
+        raise UsageFailure("say where to write: --html OUT.html and/or --md OUT.md")
+    doc, errors = read_json_file(file)  # the document as written: the page names its version
+    errors = errors or validate_report(doc)
+    if errors:
+        lines = "\n".join(f"  {e}" for e in errors)
+        raise UsageFailure(f"{file}: report is not valid ({len(errors)} errors):\n{lines}")
+    if html_out is not None:
+        _write(html_out, render_html(doc))
+        console.print(f"html: {html_out}")
+    if md_out is not None:
+        _write(md_out, render_markdown(doc))
+        console.print(f"markdown: {md_out}")
+
+
+@report.command("verify", epilog=EXIT_CODES_HELP)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--quick", is_flag=True, help="Fewer timing blocks per shape (wider intervals).")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="Widen each claimed interval by this fraction [default: the report's noise floor, at least 0.01].",
+)
+@JSON
+def report_verify(file: Path, quick: bool, tolerance: float | None, as_json: bool) -> None:
+    """Re-measure every claim of FILE on this host: reproduced, not reproduced, or not comparable.
+
+    Exit 0 when every comparable claim reproduced (and one was comparable), 1 otherwise.
+    """
+    from appliance.report.verify import verify_report
+
+    doc = _load(file)
+    say = None if as_json else (lambda m: console.print(f"  {m}"))
+    result = verify_report(doc, quick=quick, tolerance=tolerance, progress=say)
+    if as_json:
+        emit_json({"file": str(file), **result.to_dict()})
+    else:
+        _print_verification(result)
+    if not result.holds:
+        raise SystemExit(EXIT_REJECTED)
+
+
+def _print_verification(result) -> None:
+    from rich.table import Table
+
+    colours = {"reproduced": "green", "not-reproduced": "red", "not-comparable": "yellow"}
+    table = Table(title=f"claims (tolerance {result.tolerance:.3g})")
+    for col in ("task", "shape", "candidate vs peer", "status", "claimed / measured"):
+        table.add_column(col)
+    for r in result.results:
+        c = r.claim
+        colour = colours[r.status]
+        table.add_row(
+            c.task,
+            c.shape,
+            f"{c.candidate} {c.params or ''} vs {c.peer}",
+            f"[{colour}]{r.status}[/{colour}]",
+            r.why,
+        )
+    console.print(table)
+    for note in result.notes:
+        console.print(f"  no claim: {note}")
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts().items())
+    console.print(f"{counts}; {'holds' if result.holds else 'does not hold'}")
+
+
+@report.command("compare", epilog=EXIT_CODES_HELP)
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@JSON
+def report_compare(a: Path, b: Path, as_json: bool) -> None:
+    """Put reports A and B side by side: per shape A's time / B's time, gains, environment."""
+    from appliance.report.compare import compare_reports
+
+    data = compare_reports(_load(a), _load(b))
+    if as_json:
+        emit_json({"a_file": str(a), "b_file": str(b), **data})
+        return
+    _print_comparison(data, a, b)
+
+
+def _print_comparison(data: dict, a: Path, b: Path) -> None:
+    from rich.table import Table
+
+    for side, path in (("a", a), ("b", b)):
+        s = data[side]
+        console.print(
+            f"{side.upper()}: {path} ({s['created']}, {s['hostname']}, {s['gpu'] or 'no GPU'}, "
+            f"profile {s['profile'] or 'none'} {s['profile_mode'] or ''})"
+        )
+    table = Table(title="per shape: A time / B time (above 1: B faster)")
+    for col in ("task", "shape", "A", "B", "A/B [interval]"):
+        table.add_column(col)
+    for r in data["shapes"]:
+        interval = (
+            f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["ci_low"] and r["ci_high"] else ""
+        )
+        table.add_row(
+            r["task"],
+            r["shape"],
+            f"{fmt_time(r['a_s'])} {r['a_kernel']}",
+            f"{fmt_time(r['b_s'])} {r['b_kernel']}",
+            f"{r['ratio']:.3f}{interval}",
+        )
+    console.print(table)
+    for side in ("a", "b"):
+        for name in data[f"only_in_{side}"]:
+            console.print(f"  only in {side.upper()}: {name}")
+    for name, sides in data["gains"].items():
+        if sides["a"] or sides["b"]:
+            console.print(f"  {name} gain: A {_gain(sides['a'])}, B {_gain(sides['b'])}")
+    if data["environment"]:
+        env = Table(title="environment differences")
+        for col in ("field", "A", "B"):
+            env.add_column(col)
+        for d in data["environment"]:
+            env.add_row(d["path"], str(d["a"]), str(d["b"]))
+        console.print(env)
+    else:
+        console.print("  same environment")
+
+
+def _gain(g: dict | None) -> str:
+    return "—" if g is None else f"{g['ratio']:.3f}x [{g['ci_low']:.3f}, {g['ci_high']:.3f}]"

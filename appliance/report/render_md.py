@@ -1,32 +1,25 @@
-"""Render a validated report document as plain, readable Markdown."""
+"""Render a report (any readable schema version, upgraded to the current one) as plain Markdown."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from appliance.report.schema import ReportError, validate_report
+from appliance.report.document import InvalidReport, checked
 
 DASH = "—"
 _STATUS_ORDER = {"fail": 0, "warn": 1, "unknown": 2, "pass": 3}
 
 
-class InvalidReport(ValueError):
-    """The document does not follow its schema; `errors` says where."""
-
-    def __init__(self, errors: list[ReportError]) -> None:
-        self.errors = errors
-        lines = "\n".join(f"  {e}" for e in errors)
-        super().__init__(f"report is not valid ({len(errors)} errors):\n{lines}")
+__all__ = ["InvalidReport", "render_markdown"]
 
 
 def render_markdown(doc: dict) -> str:
     """Markdown for a report; raises InvalidReport (naming the paths) if `doc` is not valid."""
-    errors = validate_report(doc)
-    if errors:
-        raise InvalidReport(errors)
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    doc = checked(doc)
     parts = [
-        _title(doc),
+        _title(doc, version),
         _environment(doc["fingerprint"]),
         _host(doc["host"]),
         _profile(doc["profile"]),
@@ -34,19 +27,20 @@ def render_markdown(doc: dict) -> str:
         _noise(doc["noise"]),
         _gains(doc.get("gains")),
         *(_task(task) for task in doc["tasks"]),
+        _telemetry(doc.get("telemetry")),
         _loop(doc["loop"]),
-        _reproduce(doc["command"]),
+        _reproduce(doc["reproduce"]),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def _title(doc: dict) -> str:
+def _title(doc: dict, version: str) -> str:
     gpus = doc["fingerprint"]["gpus"]
     where = ", ".join(g["name"] for g in gpus) if gpus else "no GPU (CPU run)"
-    return (
-        "# autotune report\n\n"
-        f"Created {doc['created']} on {where}. Report schema v{doc['schema_version']}."
-    )
+    schema = f"Report schema v{version}"
+    if version != doc["schema_version"]:
+        schema += f", read as v{doc['schema_version']}"
+    return f"# autotune report\n\nCreated {doc['created']} on {where}. {schema}."
 
 
 def _environment(fp: dict) -> str:
@@ -73,6 +67,16 @@ def _environment(fp: dict) -> str:
     library = fp.get("driver_library")
     if library:
         rows.append(("driver library", f"{library['path']} (sha256 {library['sha256']})"))
+    driver = fp.get("driver")
+    if driver:
+        found = f"found via {driver['source']}" if driver["found"] else "not found"
+        rows.append(("driver (user space)", f"{driver['version'] or DASH}, {found}"))
+        for lib in driver["libraries"]:
+            rows.append((lib["soname"], f"{lib['path']} (sha256 {lib['sha256'] or DASH})"))
+    nix = fp.get("nix")
+    if nix:
+        dirty = " (dirty)" if nix["flake_dirty"] else ""
+        rows.append(("Nix flake revision", nix["flake_revision"] + dirty))
     for gpu in fp["gpus"]:
         rows.append((f"GPU {gpu['index']}", _gpu_line(gpu)))
     host = fp["host"]
@@ -141,16 +145,34 @@ def _profile(profile: dict | None) -> str:
     if profile is None:
         return "## Profile\n\nNo tuning profile was chosen."
     mode = "planned only (dry run)" if profile["mode"] == "dry-run" else "applied"
-    head = f"## Profile\n\n`{profile['name']}`, {mode}."
+    lines = [f"`{profile['name']}`, {mode}."]
+    if profile.get("applied_at"):
+        lines[0] += f" Applied at {profile['applied_at']}."
     if profile.get("restored") is not None:
-        head += " Restored afterwards." if profile["restored"] else " NOT fully restored."
+        lines[0] += " Restored afterwards." if profile["restored"] else " NOT fully restored."
+    if profile.get("restored_at"):
+        lines[0] += f" Restored at {profile['restored_at']}."
+    if profile.get("journal"):
+        lines.append(f"Journal: `{profile['journal']}`.")
+    if profile.get("restore_errors"):
+        lines.append("Could not undo:\n\n" + "\n".join(f"- {e}" for e in profile["restore_errors"]))
     if not profile["changes"]:
-        return head + " No changes needed."
+        lines[0] += " No changes needed."
+        return "## Profile\n\n" + "\n\n".join(lines)
+    read_back = any("read_back" in c for c in profile["changes"])
+    headers = ["setting", "before", "after", *(["read back"] if read_back else []), "status"]
     rows = [
-        (c["setting"], _value(c["before"]), _value(c["after"]), c.get("status"))
+        (
+            c["setting"],
+            _value(c["before"]),
+            _value(c["after"]),
+            *([_value(c.get("read_back"))] if read_back else []),
+            c.get("status"),
+        )
         for c in profile["changes"]
     ]
-    return head + "\n\n" + _table(["setting", "before", "after", "status"], rows)
+    lines.append(_table(headers, rows))
+    return "## Profile\n\n" + "\n\n".join(lines)
 
 
 def _baselines(baselines: dict) -> str:
@@ -171,7 +193,34 @@ def _baselines(baselines: dict) -> str:
         lines.append(_table(["metric", "value", "interval", "n"], rows))
     else:
         lines.append("No baseline metrics were measured.")
+    comparison = baselines.get("comparison")
+    if comparison:
+        lines.append(_baseline_comparison(comparison))
     return "\n\n".join(lines)
+
+
+def _baseline_comparison(c: dict) -> str:
+    a, b = c["label_a"], c["label_b"]
+    head = f"### {a} versus {b}"
+    kinds = [k for k in (c.get("kind_a"), c.get("kind_b")) if k]
+    text = [head]
+    if len(kinds) == 2:
+        text.append(f"{a} is {kinds[0]}, {b} is {kinds[1]}.")
+    if c.get("summary"):
+        text.append(c["summary"])
+    rows = [
+        (
+            m.get("title") or m["name"],
+            f"{_num(m['a']['value'])} {m['unit']}".strip(),
+            f"{_num(m['b']['value'])} {m['unit']}".strip(),
+            _ratio(m),
+            m.get("verdict"),
+        )
+        for m in c["metrics"]
+    ]
+    headers = ["metric", a, b, f"{a} better by [interval]", "verdict"]
+    text.append(_table(headers, rows) if rows else "No metric was measured on both.")
+    return "\n\n".join(text)
 
 
 def _noise(noise: dict | None) -> str:
@@ -192,29 +241,125 @@ def _noise(noise: dict | None) -> str:
         ("keep a candidate when its interval clears", f"{threshold:.4g}x"),
         ("A/A decisions", f"{noise['decisions']}{same}"),
     ]
+    samples = noise.get("samples") or []
+    if samples:
+        unit = noise.get("sample_unit", "decision")
+        spread = f"min {min(samples):.4f}, median {_median(samples):.4f}, max {max(samples):.4f}"
+        rows.append((f"A/A samples ({len(samples)}, one per {unit})", spread))
     return f"## Noise floor\n\nA/A calibration{where}.\n\n" + _table(["what", "value"], rows)
 
 
 def _gains(gains: dict | None) -> str:
     if not gains:
         return ""
-    rows = [(name.replace("_", "-"), _ratio(g)) for name, g in gains.items()]
-    return "## Gains\n\n" + _table(["gain", "ratio [interval]"], rows)
+    parts = ["## Gains"]
+    rows = [
+        (name.replace("_", "-"), _ratio(g)) for name, g in gains.items() if name != "end_to_end"
+    ]
+    rows.append(("end-to-end", _ratio((gains.get("end_to_end") or {}).get("combined"))))
+    parts.append(_table(["gain", "ratio [interval]"], rows))
+    e2e = gains.get("end_to_end")
+    if e2e:
+        parts.append(_end_to_end(e2e))
+    return "\n\n".join(parts)
+
+
+def _end_to_end(e: dict) -> str:
+    tuned, base = e["tuned"], e["baseline"]
+    intro = (
+        f"### End to end: {e['workload']}\n\n"
+        f"{tuned['kernels']} on {tuned['host']} against {base['kernels']} on {base['host']}, "
+        "measured as one interleaved comparison (not a product of the ratios below)."
+    )
+    rows = [
+        ("combined (end to end)", _ratio(e["combined"]), _blocks(e["combined"])),
+        ("kernel only", _ratio(e["kernel_only"]), _blocks(e["kernel_only"])),
+        ("hardware only", _ratio(e["hardware_only"]), _blocks(e["hardware_only"])),
+    ]
+    table = _table(["gain", "ratio [interval]", "blocks"], rows)
+    times = [
+        (f"{side['kernels']} on {side['host']}", _timing(side["timing"]))
+        for side in (tuned, base)
+        if side.get("timing")
+    ]
+    if times:
+        table += "\n\n" + _table(["side", "time [interval]"], times)
+    return f"{intro}\n\n{table}"
+
+
+def _blocks(r: dict | None) -> str:
+    return DASH if r is None or r.get("n_blocks") is None else str(r["n_blocks"])
 
 
 def _task(task: dict) -> str:
     title = f"## Task `{task['task']}` ({task['device']}, {task['dtype']})"
     languages = ", ".join(task["language_used"]) or DASH
-    summary = f"{task['trials']} trials, {task['accepted']} accepted. Languages tried: {languages}."
+    kept = f", {task['kept']} kept" if task.get("kept") is not None else ""
+    summary = (
+        f"{task['trials']} trials, {task['accepted']} accepted{kept}. Languages tried: {languages}."
+    )
+    ceilings = task.get("ceilings")
+    if ceilings:
+        bits = []
+        if ceilings["bytes_per_s"]:
+            bits.append(f"{_num(ceilings['bytes_per_s'] / 1e12)} TB/s")
+        if ceilings["flops_per_s"]:
+            bits.append(f"{_num(ceilings['flops_per_s'] / 1e12)} TFLOP/s")
+        source = f" ({ceilings['source']})" if ceilings.get("source") else ""
+        summary += f" Ceilings: {', '.join(bits) or 'none measured'}{source}."
+    if task.get("dispatch_file"):
+        summary += f" Dispatch table file: `{task['dispatch_file']}`."
     return "\n\n".join(
-        [
+        p
+        for p in [
             title,
             summary,
             _shapes(task["shapes"]),
+            _shape_telemetry(task["shapes"]),
             _dispatch(task["dispatch"]),
             _rejections(task["rejected_by_reason"]),
         ]
+        if p
     )
+
+
+def _shape_telemetry(shapes: list[dict]) -> str:
+    """Telemetry of the time that counts on each shape (the winner, else the incumbent)."""
+    rows = []
+    for s in shapes:
+        timing = s["winner"]["timing"] if s["winner"] else s["incumbent"]
+        tel = (timing or {}).get("telemetry")
+        if not tel:
+            continue
+        rows.append(
+            (
+                s["name"],
+                _spread(tel.get("sm_clock_mhz")),
+                _spread(tel.get("temperature_c")),
+                _spread(tel.get("power_w")),
+                ", ".join(tel.get("throttle_reasons", [])) or DASH,
+                _value(tel.get("throttled_blocks")),
+                _value(tel.get("remeasured_blocks", len(tel.get("remeasured", [])) or None)),
+            )
+        )
+    if not rows:
+        return ""
+    headers = [
+        "shape",
+        "SM clock MHz",
+        "temperature °C",
+        "power W",
+        "throttle reasons",
+        "throttled blocks",
+        "re-measured blocks",
+    ]
+    return "### Telemetry while measuring\n\n" + _table(headers, rows)
+
+
+def _spread(s: dict | None) -> str:
+    if not s:
+        return DASH
+    return f"{_num(s['median'])} [{_num(s['min'])}, {_num(s['max'])}]"
 
 
 def _shapes(shapes: list[dict]) -> str:
@@ -225,6 +370,9 @@ def _shapes(shapes: list[dict]) -> str:
     if with_incumbent:
         headers.append("incumbent time")
     headers += ["winner", "params", "winner time", "speedup vs best peer [interval]"]
+    with_claim = any(s.get("incumbent_speedup_vs_best_peer") for s in shapes)
+    if with_claim:
+        headers.append("incumbent vs best peer [interval]")
     rows = []
     for s in shapes:
         peer = _best_peer(s["peers"])
@@ -246,6 +394,8 @@ def _shapes(shapes: list[dict]) -> str:
                 _timing(winner["timing"]),
                 _ratio(winner["speedup_vs_best_peer"]),
             ]
+        if with_claim:
+            row.append(_ratio(s.get("incumbent_speedup_vs_best_peer")))
         rows.append(row)
     return "### Per shape\n\n" + _table(headers, rows)
 
@@ -281,14 +431,68 @@ def _loop(loop: dict) -> str:
     ]
     if loop.get("duration_s") is not None:
         rows.append(("duration", f"{_num(loop['duration_s'])} s"))
-    return "## Loop\n\n" + _table(["what", "value"], rows)
+    parts = ["## Loop", _table(["what", "value"], rows)]
+    p = loop.get("proposals")
+    if p:
+        figures = [("tried", p["tried"]), ("accepted (correct, measured)", p["accepted"])]
+        if p.get("kept") is not None:
+            figures.append(("kept (faster than the incumbent)", p["kept"]))
+        figures.append(("rejected", p["rejected"]))
+        figures += [
+            (f"rejected: {code}", n)
+            for code, n in sorted(p["rejected_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
+        parts += ["### Proposals (honesty figures)", _table(["proposals", "count"], figures)]
+    return "\n\n".join(parts)
 
 
-def _reproduce(command: str) -> str:
+def _telemetry(series: dict | None) -> str:
+    if not series or not series["samples"]:
+        return ""
+    samples = series["samples"]
+    span = max(x["t_s"] for x in samples) - min(x["t_s"] for x in samples)
+    rows = []
+    for key, label in (
+        ("sm_clock_mhz", "SM clock MHz"),
+        ("mem_clock_mhz", "memory clock MHz"),
+        ("temperature_c", "temperature °C"),
+        ("power_w", "power W"),
+    ):
+        values = [x[key] for x in samples if x.get(key) is not None]
+        if values:
+            rows.append((label, _num(min(values)), _num(_median(values)), _num(max(values))))
+    reasons = sorted({r for x in samples for r in x.get("reasons", [])})
+    text = f"## GPU telemetry over the run\n\n{len(samples)} samples over {_num(span)} s."
+    if reasons:
+        text += " Clock event reasons seen: " + ", ".join(reasons) + "."
+    if rows:
+        text += "\n\n" + _table(["what", "min", "median", "max"], rows)
+    return text
+
+
+def _reproduce(reproduce: dict) -> str:
+    parts = ["## Reproduce", _code(reproduce["command"])]
+    if reproduce.get("working_dir"):
+        parts.insert(1, f"From `{reproduce['working_dir']}`:")
+    if reproduce.get("env"):
+        rows = sorted(reproduce["env"].items())
+        parts.append("With the environment:\n\n" + _table(["variable", "value"], rows))
+    if reproduce.get("verify_command"):
+        parts += ["Check this report's claims on another host:", _code(reproduce["verify_command"])]
+    return "\n\n".join(parts)
+
+
+def _code(command: str) -> str:
     fence = "```"
     while fence in command:
         fence += "`"
-    return f"## Reproduce\n\n{fence}sh\n{command}\n{fence}"
+    return f"{fence}sh\n{command}\n{fence}"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _best_peer(peers: dict[str, dict]) -> tuple[str, dict] | None:

@@ -1,7 +1,8 @@
 """Load the versioned report schemas and validate report documents against them.
 
 Each schema version is a file under `schemas/`; `SCHEMA_FILES` maps a report's
-`schema_version` to its file, so reports written by older versions stay readable.
+`schema_version` to its file, so reports written by older versions stay readable
+(`appliance.report.upgrade` turns them into the current version in memory).
 Errors name the JSON path that failed, never raise a traceback for bad input.
 """
 
@@ -19,9 +20,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SCHEMA_FILES: dict[str, str] = {
     "1": "report-v1.schema.json",
+    "2": "report-v2.schema.json",
 }
 
 ROOT = "(root)"
@@ -86,24 +88,26 @@ def validate_report(doc: Any) -> list[ReportError]:
 
 def validate_file(path: str | Path) -> list[ReportError]:
     """Read and validate a report file; unreadable or non-JSON files are errors too."""
+    doc, errors = read_json_file(path)
+    return errors or validate_report(doc)
+
+
+def read_json_file(path: str | Path) -> tuple[Any, list[ReportError]]:
+    """Parse a JSON file: (document, []) or (None, [the file-level error])."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        return [ReportError(FILE, f"{path} is not UTF-8 text")]
+        return None, [ReportError(FILE, f"{path} is not UTF-8 text")]
     except OSError as exc:
-        return [ReportError(FILE, f"cannot read {path}: {exc.strerror or exc}")]
+        return None, [ReportError(FILE, f"cannot read {path}: {exc.strerror or exc}")]
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant), []
     except json.JSONDecodeError as exc:
-        return [
-            ReportError(
-                FILE, f"{path} is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-            )
-        ]
+        where = f"(line {exc.lineno}, column {exc.colno})"
+        return None, [ReportError(FILE, f"{path} is not JSON: {exc.msg} {where}")]
     except ValueError as exc:
-        return [ReportError(FILE, f"{path} is not JSON: {exc}")]
-    return validate_report(doc)
+        return None, [ReportError(FILE, f"{path} is not JSON: {exc}")]
 
 
 def _reject_constant(name: str) -> float:
@@ -194,7 +198,7 @@ def _semantic_errors(doc: dict) -> list[ReportError]:
                 speedup = winner["speedup_vs_best_peer"]
                 if speedup is not None:
                     at = [*where, "winner", "speedup_vs_best_peer"]
-                    errors += _interval(at, speedup, "ratio", "ci_low", "ci_high")
+                    errors += _ratio_interval(at, speedup)
         for d, entry in enumerate(task["dispatch"]):
             if entry["source"] == "peer" and entry["candidate"] not in peer_names:
                 errors.append(
@@ -203,10 +207,75 @@ def _semantic_errors(doc: dict) -> list[ReportError]:
                         f"peer {entry['candidate']!r} was not measured on any shape of this task",
                     )
                 )
-    for name, gain in (doc.get("gains") or {}).items():
-        if gain is not None:
-            errors += _interval(["gains", name], gain, "ratio", "ci_low", "ci_high")
+    errors += _gain_errors(doc)
+    if doc["schema_version"] != "1":
+        errors += _v2_errors(doc)
     return errors
+
+
+def _gain_errors(doc: dict) -> list[ReportError]:
+    errors: list[ReportError] = []
+    for name, gain in (doc.get("gains") or {}).items():
+        if gain is None:
+            continue
+        if name == "end_to_end" and doc["schema_version"] != "1":
+            for part in ("combined", "kernel_only", "hardware_only"):
+                if gain[part] is not None:
+                    errors += _ratio_interval(["gains", name, part], gain[part])
+        else:
+            errors += _ratio_interval(["gains", name], gain)
+    return errors
+
+
+def _v2_errors(doc: dict) -> list[ReportError]:
+    """Version 2 blocks: intervals of the new ratios, and honesty figures that add up."""
+    errors: list[ReportError] = []
+    for t, task in enumerate(doc["tasks"]):
+        for s, shape in enumerate(task["shapes"]):
+            where = ["tasks", t, "shapes", s]
+            if shape.get("incumbent_speedup_vs_best_peer"):
+                at = [*where, "incumbent_speedup_vs_best_peer"]
+                errors += _ratio_interval(at, shape["incumbent_speedup_vs_best_peer"])
+            best = shape.get("best_peer")
+            if best is not None and best not in shape["peers"]:
+                errors.append(
+                    ReportError(_path([*where, "best_peer"]), f"peer {best!r} has no timing here")
+                )
+    comparison = doc["baselines"].get("comparison")
+    for m, metric in enumerate((comparison or {}).get("metrics", [])):
+        errors += _ratio_interval(["baselines", "comparison", "metrics", m], metric)
+    proposals = doc["loop"].get("proposals")
+    if proposals is not None:
+        errors += _proposal_errors(proposals)
+    return errors
+
+
+def _proposal_errors(p: dict) -> list[ReportError]:
+    errors = []
+    if p["accepted"] + p["rejected"] > p["tried"]:
+        errors.append(
+            ReportError(
+                "loop/proposals",
+                f"accepted {p['accepted']} + rejected {p['rejected']} exceeds tried {p['tried']}",
+            )
+        )
+    if p.get("kept") is not None and p["kept"] > p["accepted"]:
+        errors.append(
+            ReportError("loop/proposals/kept", f"kept {p['kept']} exceeds accepted {p['accepted']}")
+        )
+    counted = sum(p["rejected_by_reason"].values())
+    if counted < p["rejected"]:
+        errors.append(
+            ReportError(
+                "loop/proposals/rejected_by_reason",
+                f"reason counts add up to {counted}, fewer than the {p['rejected']} rejected",
+            )
+        )
+    return errors
+
+
+def _ratio_interval(where: list, obj: dict) -> list[ReportError]:
+    return _interval(where, obj, "ratio", "ci_low", "ci_high")
 
 
 def _timing_interval(where: list, timing: dict) -> list[ReportError]:

@@ -98,6 +98,7 @@ let
     rich = pyPkg "rich" { };
     click = pyPkg "click" { };
     numpy = pyPkg "numpy" { };
+    psycopg = pyPkg "psycopg" { };
 
     buildPythonApplication =
       args:

@@ -189,6 +189,22 @@ def test_container_layout_recorded_on_the_h200(tmp_path: Path) -> None:
     assert links["libnvidia-nvvm.so.1"] == nvidia / "libnvidia-nvvm.so.580.159.04"
 
 
+def test_old_ubuntu_driver_folders_newest_branch_first(tmp_path: Path) -> None:
+    install_driver(tmp_path / "usr/lib/nvidia-470", "470.256.02")
+    install_driver(tmp_path / "usr/lib/nvidia-535", "535.247.01")
+    host_noise(tmp_path / "usr/lib/x86_64-linux-gnu")
+
+    roots = default_roots(tmp_path)
+    libs = find_driver_libs(roots, "", kernel_version_file=None)
+
+    assert roots.index(tmp_path / "usr/lib/nvidia-535") < roots.index(
+        tmp_path / "usr/lib/nvidia-470"
+    )
+    assert (libs.source, libs.version) == ("directory", "535.247.01")
+    assert libs.directory == tmp_path / "usr/lib/nvidia-535" and libs.missing == ()
+    assert all(lib.real_path.parent == libs.directory for lib in libs.libs)
+
+
 def test_nixos_uses_the_system_driver_folder_first(tmp_path: Path) -> None:
     store = tmp_path / "nix/store/0v7y3j3c1zq4-nvidia-x11-580.95.05-6.12.41/lib"
     install_driver(store, "580.95.05")

@@ -11,17 +11,22 @@ from pathlib import Path
 
 import pytest
 
+from appliance.driver_discovery import default_roots, find_driver_libs
 from appliance.fingerprint import (
+    code_state,
     collect_fingerprint,
+    driver_facts,
     file_sha256,
     git_state,
     loaded_library,
+    nix_build,
     nix_store_path,
     redact_ids,
 )
 from appliance.report import validate_report
 from host_tuning.nvml import SimulatedNvml
 from tests.appliance.sample_report import sample_report
+from tests.appliance.test_driver_discovery import install_driver
 
 UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -141,6 +146,126 @@ def test_loaded_library_finds_a_mapped_library_and_hashes_it() -> None:
     assert loaded_library("libdoes-not-exist-anywhere.so") is None
 
 
+STORE_ENTRY = "/nix/store/" + "a" * 32 + "-autotune"
+PACKAGE_ENTRY = "/nix/store/" + "b" * 32 + "-autotune-appliance-0.1.0"
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _wrapper_env(**overrides: str) -> dict[str, str]:
+    """The variables nix/run-with-driver.sh exports, as a Nix run sees them."""
+    return {
+        "AUTOTUNE_NIX_STORE_PATH": STORE_ENTRY,
+        "AUTOTUNE_NIX_FLAKE_REV": REV,
+        "AUTOTUNE_NIX_FLAKE_NARHASH": "sha256-Zm9vYmFyZm9vYmFyZm9vYmFyZm9vYmFyZm9vYmFyZm8=",
+        "AUTOTUNE_NIX_NIXPKGS_REV": "0182a361324364ae3f436a63005877674cf45efb",
+        "AUTOTUNE_NIX_FLAKE_LOCK_SHA256": "c" * 64,
+        "AUTOTUNE_NIX_UV_LOCK_SHA256": "d" * 64,
+        **overrides,
+    }
+
+
+def test_a_nix_run_records_the_flake_and_nixpkgs_revisions() -> None:
+    nix = nix_build(_wrapper_env(), PACKAGE_ENTRY)
+    assert nix is not None
+    assert nix.store_path == STORE_ENTRY
+    assert (nix.flake_revision, nix.flake_dirty, nix.commit) == (REV, False, REV)
+    assert nix.flake_narhash == _wrapper_env()["AUTOTUNE_NIX_FLAKE_NARHASH"]
+    assert nix.nixpkgs_revision == "0182a361324364ae3f436a63005877674cf45efb"
+
+    git, locks = code_state(None, nix)
+    assert git == {"commit": REV, "dirty": False}
+    assert locks == {"uv_lock_sha256": "d" * 64, "flake_lock_sha256": "c" * 64}
+
+
+@pytest.mark.parametrize(
+    ("revision", "recorded", "commit"),
+    [
+        (REV + "-dirty", REV + "-dirty", REV),
+        ("dirty", "dirty", "unknown"),
+        ("", "dirty", "unknown"),
+        ("not-a-revision", "dirty", "unknown"),
+    ],
+)
+def test_an_uncommitted_flake_is_dirty(revision: str, recorded: str, commit: str) -> None:
+    nix = nix_build(_wrapper_env(AUTOTUNE_NIX_FLAKE_REV=revision), PACKAGE_ENTRY)
+    assert nix is not None
+    assert (nix.flake_revision, nix.flake_dirty, nix.commit) == (recorded, True, commit)
+    assert code_state(None, nix)[0] == {"commit": commit, "dirty": True}
+
+
+def test_nix_variables_are_ignored_outside_the_nix_store_or_when_malformed(
+    tmp_path: Path, h200: SimulatedNvml
+) -> None:
+    assert nix_build(_wrapper_env(), None) is None
+    assert nix_build(_wrapper_env(AUTOTUNE_NIX_STORE_PATH="/tmp/x"), PACKAGE_ENTRY) is None
+    assert nix_build({}, PACKAGE_ENTRY) is None
+    odd = nix_build(
+        _wrapper_env(AUTOTUNE_NIX_NIXPKGS_REV="unknown", AUTOTUNE_NIX_UV_LOCK_SHA256="zz"),
+        PACKAGE_ENTRY,
+    )
+    assert odd is not None and (odd.nixpkgs_revision, odd.uv_lock_sha256) == (None, None)
+
+    # This checkout is not in the Nix store: inherited variables must not describe it.
+    fp = collect_fingerprint(tmp_path, nvml=h200, environ=_wrapper_env())
+    assert fp["nix"] is None and fp["nix_store_path"] is None
+    assert fp["git"] == {"commit": "unknown", "dirty": None}
+    assert _in_report(fp) == []
+
+
+def test_the_fingerprint_names_the_driver_files_and_their_hashes(
+    tmp_path: Path, h200: SimulatedNvml
+) -> None:
+    lib = tmp_path / "usr/lib/x86_64-linux-gnu"
+    install_driver(lib, "580.95.05", content=b"\x7fELF driver 580.95.05")
+    libs = find_driver_libs(default_roots(tmp_path), "", kernel_version_file=None)
+    private = str(tmp_path / "private")
+
+    fp = collect_fingerprint(
+        tmp_path, nvml=h200, driver=libs, environ={"AUTOTUNE_DRIVER_DIR": private}
+    )
+
+    driver = fp["driver"]
+    assert driver == driver_facts(libs, private)
+    assert (driver["found"], driver["version"], driver["source"]) == (
+        True,
+        "580.95.05",
+        "directory",
+    )
+    assert driver["directory"] == str(lib) and driver["exposed_dir"] == private
+    digest = hashlib.sha256(b"\x7fELF driver 580.95.05").hexdigest()
+    assert {x["soname"]: x["path"] for x in driver["libraries"]} == {
+        "libcuda.so.1": str(lib / "libcuda.so.580.95.05"),
+        "libnvidia-ml.so.1": str(lib / "libnvidia-ml.so.580.95.05"),
+        "libnvidia-ptxjitcompiler.so.1": str(lib / "libnvidia-ptxjitcompiler.so.580.95.05"),
+    }
+    assert all(x["sha256"] == digest for x in driver["libraries"])
+    # NVML's own answer wins over the file name for the version.
+    assert fp["versions"]["driver"] == h200.read_system("driver_version").value
+    assert _in_report(fp) == []
+
+
+def test_without_nvml_the_driver_version_comes_from_the_driver_files(tmp_path: Path) -> None:
+    from host_tuning.nvml import probe_nvml
+
+    probe = probe_nvml()
+    if probe.backend is not None:
+        probe.backend.close()
+        pytest.skip("this host has NVML, which answers the driver version itself")
+    install_driver(tmp_path / "usr/lib64", "570.172.08")
+    libs = find_driver_libs(default_roots(tmp_path), "", kernel_version_file=None)
+    fp = collect_fingerprint(tmp_path, driver=libs, environ={})
+    assert fp["versions"]["driver"] == "570.172.08"
+    assert fp["driver"]["exposed_dir"] is None
+    assert fp["gpus"] == [] and fp["note"]
+
+
+def test_no_driver_is_recorded_as_not_found(tmp_path: Path, h200: SimulatedNvml) -> None:
+    libs = find_driver_libs(default_roots(tmp_path), "", kernel_version_file=None)
+    driver = collect_fingerprint(tmp_path, nvml=h200, driver=libs, environ={})["driver"]
+    assert (driver["found"], driver["version"], driver["libraries"]) == (False, None, [])
+    assert driver["source"] == "none"
+
+
 def _has_cuda() -> bool:
     try:
         import torch
@@ -157,5 +282,8 @@ def test_fingerprint_on_a_gpu_host_reads_the_real_driver() -> None:
     assert fp["versions"]["driver"]
     assert fp["gpus"][0]["vbios"]
     assert "libnvidia-ml.so" in fp["driver_library"]["path"]
+    assert fp["driver"]["found"] and fp["driver"]["version"] == fp["versions"]["driver"]
+    loaded_nvml = Path(fp["driver_library"]["path"]).resolve()
+    assert str(loaded_nvml) in {x["path"] for x in fp["driver"]["libraries"]}
     assert UUID.search(json.dumps(fp)) is None
     assert _in_report(fp) == []
