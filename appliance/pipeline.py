@@ -14,6 +14,9 @@ from appliance.devices import resolve_device
 from appliance.output import UsageFailure, console, ensure_writable_dir
 from appliance.progress import loop_progress
 
+# Where candidate paths in the report are shown relative to (a checkout; absolute elsewhere).
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
 DEFAULT_TRIALS = {"cpu": 6, "cuda": 18}
 
 
@@ -26,6 +29,7 @@ class PipelineConfig:
     profile: str = "stable"
     device: str = "auto"
     quick: bool = False
+    keep_ids: bool = False
 
 
 @dataclass
@@ -43,7 +47,8 @@ def _stage(title: str, quiet: bool) -> None:
 
 def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
     from appliance.fingerprint import collect_fingerprint
-    from appliance.report import render_markdown, validate_report
+    from appliance.report import render_html, render_markdown, validate_report
+    from appliance.report.build import proposals_from_tasks
     from loop.tasks import DEFAULT_TASKS, TaskError, available_tasks, load_task
 
     started = time.monotonic()
@@ -95,10 +100,15 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
 
     _stage("5/5 report", quiet)
     report = {
-        "schema_version": "1",
+        "schema_version": "2",
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": reproduce_command(cfg, device),
-        "fingerprint": collect_fingerprint(),
+        "reproduce": {
+            "command": reproduce_command(cfg, device),
+            "verify_command": shlex.join(
+                ["autotune", "report", "verify", str(cfg.out_dir / "report.json")]
+            ),
+        },
+        "fingerprint": collect_fingerprint(keep_ids=cfg.keep_ids),
         "host": host,
         "profile": profile,
         "baselines": baselines,
@@ -110,17 +120,20 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
             "stop_reason": "; ".join(f"{i['task']}: {i['stop_reason']}" for i in loop_info)
             or "no tasks",
             "duration_s": time.monotonic() - started,
+            "proposals": proposals_from_tasks(task_sections),
         },
     }
     errors = [str(e) for e in validate_report(report)]
     report_json = cfg.out_dir / "report.json"
     report_md = cfg.out_dir / "report.md"
+    report_html = cfg.out_dir / "report.html"
     report_json.write_text(json.dumps(report, indent=2))
     if not errors:
         report_md.write_text(render_markdown(report))
+        report_html.write_text(render_html(report))
     if not quiet:
         state = "[green]valid[/green]" if not errors else f"[red]{len(errors)} schema errors[/red]"
-        console.print(f"  report {state}: {report_json}, {report_md}")
+        console.print(f"  report {state}: {report_json}, {report_md}, {report_html}")
         for e in errors[:10]:
             console.print(f"    {e}")
     return PipelineResult(report_json, report_md, errors, report)
@@ -143,6 +156,8 @@ def reproduce_command(cfg: PipelineConfig, device: str) -> str:
         parts += ["--trials", str(cfg.trials)]
     if cfg.quick:
         parts.append("--quick")
+    if cfg.keep_ids:
+        parts.append("--keep-ids")
     return shlex.join(parts)
 
 
@@ -209,6 +224,7 @@ def baseline_section(device: str, quiet: bool, quick: bool) -> dict:
 def loop_section(
     task, device: str, trials: int, cfg: PipelineConfig, quiet: bool
 ) -> tuple[dict, dict | None, dict]:
+    from appliance.report.build import candidate_spec, shape_claim
     from loop.driver import QUICK_RULE, LoopConfig, run_loop
     from loop.store import default_store_url
 
@@ -258,8 +274,14 @@ def loop_section(
                 "timing": row["peers"][peer],
                 "speedup_vs_best_peer": {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0},
             }
+        claim = shape_claim(
+            candidate_spec(candidate, result.incumbent["params"], REPO_ROOT),
+            row["best_peer"],
+            row["speedup_vs_best_peer"],
+        )
         shapes.append(
             {
+                **claim,
                 "name": row["shape"],
                 "shape": {
                     k: v for k, v in row["dims"].items() if k not in ("name", "class", "weight")
@@ -280,6 +302,7 @@ def loop_section(
         "language_used": [language],
         "trials": len(finished),
         "accepted": sum(t["status"] in ("keep", "discard") for t in finished),
+        "kept": sum(t["status"] == "keep" for t in finished),
         "rejected_by_reason": result.rejected_by_reason,
         "dispatch": dispatch,
         "shapes": shapes,

@@ -50,6 +50,11 @@ from appliance.output import (
 @click.option(
     "--quick", is_flag=True, help="Fewer timing blocks per decision and a quick baseline suite."
 )
+@click.option(
+    "--keep-ids",
+    is_flag=True,
+    help="Keep GPU serial numbers and UUIDs in the report (redacted by default).",
+)
 @DEVICE
 @JSON
 def run(
@@ -59,6 +64,7 @@ def run(
     store_url: str | None,
     profile: str,
     quick: bool,
+    keep_ids: bool,
     device: str,
     as_json: bool,
 ) -> None:
@@ -73,6 +79,7 @@ def run(
         profile=profile,
         device=device,
         quick=quick,
+        keep_ids=keep_ids,
     )
     result = run_pipeline(cfg, quiet=as_json)
     if as_json:
@@ -80,11 +87,13 @@ def run(
             {
                 "report": str(result.report_json),
                 "markdown": str(result.report_md),
+                "html": str(result.report_md.with_suffix(".html")),
                 "valid": not result.errors,
                 "errors": result.errors,
             }
         )
     else:
-        click.echo(f"report: {result.report_json}\nmarkdown: {result.report_md}")
+        html = result.report_md.with_suffix(".html")
+        click.echo(f"report: {result.report_json}\nmarkdown: {result.report_md}\nhtml: {html}")
     if result.errors:
         raise SystemExit(EXIT_REJECTED)

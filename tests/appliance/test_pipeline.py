@@ -31,9 +31,17 @@ def test_run_writes_a_valid_report_and_markdown(tmp_path: Path) -> None:
         assert shape["incumbent"]["median_s"] > 0
         assert "eager" in shape["peers"]
     assert report["baselines"]["metrics"] and report["noise"]["noise_floor"] >= 0
-    assert "autotune run" in report["command"]
+    assert report["schema_version"] == "2"
+    assert "autotune run" in report["reproduce"]["command"]
+    assert "report verify" in report["reproduce"]["verify_command"]
+    for shape in task["shapes"]:
+        spec = shape["incumbent_spec"]
+        assert spec["candidate"] == "torch_rmsnorm" and len(spec["sha256"]) == 64
+    assert report["loop"]["proposals"]["tried"] == 2
     markdown = (out / "report.md").read_text()
     assert "rmsnorm" in markdown
+    html = (out / "report.html").read_text()
+    assert "<svg" in html and "rmsnorm" in html
     assert (out / "results.tsv").exists() and (out / "dispatch-rmsnorm.json").exists()
 
 
