@@ -5,6 +5,7 @@
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
+#   verify    autotune report verify of the run's report, in a separate process
 #   memtasks  scripts/bench_tasks_gpu.py (the memory-bound tasks; MEMTASKS_ARGS)
 #   gemmattn  scripts/bench_attention_gemm_gpu.sh (GEMMATTN_STAGES)
 #   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
@@ -41,6 +42,10 @@ for stage in "$@"; do
         best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best'])" "$OUT/sweep.json")
         echo "sweep best: $best"
         BENCH_PARAMS=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['top']))" "$OUT/sweep.json")
+        ;;
+    verify)
+        timeout "${VERIFY_TIMEOUT:-300}" python3 -m appliance report verify "$OUT/run/report.json" --json >"$OUT/verify.json" 2>"$OUT/verify.err"
+        echo "report verify rc=$?"; tail -5 "$OUT/verify.err"
         ;;
     memtasks)
         timeout "${MEMTASKS_TIMEOUT:-330}" python3 scripts/bench_tasks_gpu.py "$OUT/memtasks" ${MEMTASKS_ARGS:---sweep --no-bench} 2>&1 | tee "$OUT/memtasks.log" | tail -30
