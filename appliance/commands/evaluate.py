@@ -7,11 +7,13 @@ import click
 from appliance.commands.options import (
     DEVICE,
     JSON,
+    PREFLIGHT,
     candidate_args,
     check_shapes,
     chosen_peers,
     print_verdict,
     reason_codes_epilog,
+    run_preflight,
 )
 from appliance.output import (
     EXIT_REJECTED,
@@ -67,6 +69,7 @@ def verify(task: str, candidate: str, params: str | None, device: str, as_json: 
     help="Peer to time alongside (repeatable); default: all on GPU, eager on CPU.",
 )
 @click.option("--shape", "shapes", multiple=True, help="Only these shapes (repeatable).")
+@PREFLIGHT
 @DEVICE
 @JSON
 def bench(
@@ -75,6 +78,7 @@ def bench(
     params: str | None,
     peers: tuple[str, ...],
     shapes: tuple[str, ...],
+    preflight: str,
     device: str,
     as_json: bool,
 ) -> None:
@@ -87,6 +91,7 @@ def bench(
     dev, _ = resolve_device(device)
     chosen = chosen_peers(the_task, dev, peers)
     check_shapes(the_task, dev, shapes)
+    preflight_seen = run_preflight(dev, preflight)
     ev = evaluate(the_task, [spec], dev, time_it=True, peers=chosen, shapes=list(shapes) or None)
     verdict = ev.by_label("candidate")
     rows = []
@@ -114,6 +119,7 @@ def bench(
         "ceilings": ev.ceilings,
         "table": rows,
         "peer_verdicts": [v.to_dict() for v in ev.verdicts if v.kind == "peer"],
+        "preflight": preflight_seen,
         "seconds": ev.seconds,
     }
     if as_json:

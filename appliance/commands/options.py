@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from appliance.output import EXIT_CODES_HELP, UsageFailure, console, emit_json
+from appliance.output import EXIT_CODES_HELP, EXIT_REJECTED, UsageFailure, console, emit_json
 
 DEVICE = click.option(
     "--device",
@@ -95,3 +95,46 @@ def write_json(path: Path, data: dict) -> None:
         path.write_text(json.dumps(data, indent=2))
     except OSError as exc:
         raise UsageFailure(f"cannot write {path}: {exc.strerror}") from exc
+
+
+PREFLIGHT = click.option(
+    "--preflight",
+    type=click.Choice(["warn", "refuse", "off"]),
+    default="warn",
+    show_default=True,
+    help="Before measuring on a GPU: check other processes, persistence, pending ECC/MIG "
+    "changes and temperature; warn, refuse to measure, or skip the check.",
+)
+
+
+def run_preflight(device: str, policy: str, profile: str | None = None) -> dict | None:
+    """Pre-flight of the GPU the measurement will use (NVML), printed to stderr; refuses with
+    exit 1 under `--preflight refuse` when a finding says the GPU is not fit to measure. Also
+    pins this process (and the workers it starts) to the CPUs local to that GPU."""
+    if device != "cuda" or policy == "off":
+        return None
+    import torch
+
+    from baselines.preflight import pin_to_gpu_local_cpus, preflight
+    from baselines.suite import _nvml_index
+    from host_tuning.nvml import probe_nvml
+
+    probe = probe_nvml()
+    index = 0
+    if probe.backend is not None:
+        try:
+            index = _nvml_index(probe.backend, torch.device("cuda", torch.cuda.current_device()))
+        finally:
+            probe.backend.close()
+    if index is None:
+        index = 0
+    result = preflight(index, profile=profile, policy=policy)
+    for line in result.lines():
+        console.print(f"[yellow]preflight[/yellow] {line}", highlight=False)
+    if result.refused:
+        console.print(
+            "[red]refused to measure[/red]: fix the findings above or pass --preflight warn"
+        )
+        raise SystemExit(EXIT_REJECTED)
+    pin_to_gpu_local_cpus(index)
+    return result.to_dict()
