@@ -87,6 +87,29 @@ def ratio_interval(
     return RatioInterval(ratio, float(lo), float(hi), int(min(a.size, b.size)), rank_test(a, b))
 
 
+def paired_ratio_halfwidth(
+    baseline: list[float],
+    candidate: list[float],
+    confidence: float = 0.95,
+    n_boot: int = 200,
+    seed=None,
+) -> float:
+    """Relative half-width, (high - low) / (2 ratio), of `ratio_interval`'s interval without the
+    rank test: what a stopping rule checks after a block. Infinite when a median is not positive
+    or there are fewer than two pairs."""
+    a = np.asarray(baseline, dtype=np.float64)
+    b = np.asarray(candidate, dtype=np.float64)
+    if a.size != b.size:
+        raise ValueError(f"paired blocks need equal lengths, got {a.size} and {b.size}")
+    if a.size < 2 or not (np.median(a) > 0 and np.median(b) > 0):
+        return math.inf
+    idx = _rng(seed).integers(0, a.size, size=(n_boot, a.size))
+    boots = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(boots, [alpha, 1 - alpha])
+    return float((hi - lo) / (2 * (np.median(a) / np.median(b))))
+
+
 def rank_test(a, b) -> float:
     """Two-sided Mann-Whitney U p-value (normal approximation with tie correction)."""
     a = np.asarray(a, dtype=np.float64)

@@ -212,6 +212,8 @@ SPECS = {
 
 
 def _rule(quick: bool, samples: int) -> StoppingRule:
+    """One metric, one runner: stop on its own median's interval. The warm-up runs for a time
+    as well as a count, so an idle GPU has ramped its clocks before a block counts."""
     return StoppingRule(
         samples_per_block=samples,
         min_blocks=5,
@@ -219,6 +221,8 @@ def _rule(quick: bool, samples: int) -> StoppingRule:
         max_time_s=0.8 if quick else 1.5,
         rel_halfwidth=0.005,
         warmup=2,
+        stop_on="each",
+        warmup_s=0.05 if quick else 0.2,
     )
 
 

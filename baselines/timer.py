@@ -2,7 +2,13 @@
 
 GPU: CUDA events around CUDA-graph replays on the harness's stream, the L2 cache flushed (and the
 persisting-L2 window reset) before every sample. CPU: the monotonic host clock. Both run in
-blocks; `run_interleaved` alternates runners block by block (ABAB...) until a stopping rule holds.
+blocks; `run_interleaved` alternates runners block by block (ABBA...) until a stopping rule holds.
+
+The L2 flush reads a buffer twice the size of the L2 by default (`flush="read"`): afterwards the
+cache holds only clean lines of that buffer, so the timed kernel starts cold and writes back
+nothing of anyone else's. Zeroing the buffer (`flush="write"`, the old way and nvbench's and
+Triton's) leaves up to an L2 of dirty lines that the timed kernel pays to write back, a fixed
+cost that dilutes real differences. docs/measurement.md has the reasoning and the measurements.
 
 The clock and event functions are bound when this module is imported, which the worker does
 before any candidate loads; `tampered()` says whether anything was patched since.
@@ -11,13 +17,14 @@ before any candidate loads; `tampered()` says whether anything was patched since
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from baselines.stats import summarize
+from baselines.stats import paired_ratio_halfwidth, summarize
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
@@ -30,6 +37,10 @@ _BOUND = {
     (torch.cuda.CUDAGraph, "replay"): _graph_replay,
 }
 
+FLUSH_MODES = ("read", "write", "write_read", "none")
+STOP_ON = ("ratio", "each")
+_CHECK_GROWTH = 1.15  # after min_blocks, the precision is checked when blocks grew by 15 %
+
 
 class CaptureError(Exception):
     """A callable that cannot be captured into a CUDA graph."""
@@ -37,16 +48,64 @@ class CaptureError(Exception):
 
 @dataclass
 class StoppingRule:
-    """Blocks of `samples_per_block` samples; stop once at least `min_blocks` and `min_time_s`
-    are done and every runner's median is known to `rel_halfwidth`, or at a maximum."""
+    """When `run_interleaved` stops.
+
+    Blocks of `samples_per_block` samples (raised so that a block's measured time is at least
+    `min_block_s`, up to `max_samples_per_block`; `min_block_s=0` keeps it fixed). Stop once at
+    least `min_blocks` and `min_time_s` are done and the precision target holds, or at
+    `max_blocks` / `max_time_s`. Precision: with `stop_on="ratio"` and two or more runners, the
+    paired bootstrap interval of every runner's ratio of medians to runner 0 has a relative
+    half-width of at most `ratio_halfwidth` (blocks are paired because they are interleaved);
+    with `stop_on="each"` or one runner, every runner's median is known to `rel_halfwidth`.
+    `warmup` samples (and at least `warmup_s` seconds of them) run before anything counts."""
 
     samples_per_block: int = 10
-    min_blocks: int = 5
-    max_blocks: int = 40
+    min_blocks: int = 10
+    max_blocks: int = 200
     min_time_s: float = 0.0
-    max_time_s: float = 1.0
+    max_time_s: float = 0.4
     rel_halfwidth: float = 0.005
     warmup: int = 3
+    stop_on: str = "ratio"
+    ratio_halfwidth: float = 0.001
+    min_block_s: float = 0.001
+    max_samples_per_block: int = 1000
+    warmup_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("samples_per_block", "min_blocks", "max_blocks", "max_samples_per_block"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"StoppingRule.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"StoppingRule.warmup must be an integer >= 0, got {self.warmup!r}")
+        for name in ("min_time_s", "max_time_s", "min_block_s", "warmup_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"StoppingRule.{name} must be a number >= 0, got {value!r}")
+        for name in ("rel_halfwidth", "ratio_halfwidth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"StoppingRule.{name} must be a positive number, got {value!r}")
+        if self.stop_on not in STOP_ON:
+            raise ValueError(f"StoppingRule.stop_on must be one of {STOP_ON}, got {self.stop_on!r}")
+        if self.min_blocks > self.max_blocks:
+            raise ValueError(
+                f"StoppingRule.min_blocks ({self.min_blocks}) is above max_blocks "
+                f"({self.max_blocks})"
+            )
+        if self.samples_per_block > self.max_samples_per_block:
+            raise ValueError(
+                f"StoppingRule.samples_per_block ({self.samples_per_block}) is above "
+                f"max_samples_per_block ({self.max_samples_per_block})"
+            )
+
+    def samples_for(self, sample_s: float) -> int:
+        """Samples per block for samples of `sample_s` seconds each."""
+        if self.min_block_s <= 0 or not sample_s > 0 or not math.isfinite(sample_s):
+            return self.samples_per_block
+        wanted = math.ceil(self.min_block_s / sample_s)
+        return max(self.samples_per_block, min(wanted, self.max_samples_per_block))
 
 
 _OWN_IDS = {
@@ -79,15 +138,43 @@ def _load_cudart() -> ctypes.CDLL | None:
     return None
 
 
-class GpuTimer:
-    """Times captured CUDA graphs on the current stream, with the L2 flushed between samples."""
+class L2Flush:
+    """Evicts the L2 between samples by touching a buffer twice its size (see the module
+    docstring for the modes). Works on any torch device, so the CPU tests exercise it."""
 
-    def __init__(self, device: torch.device | str = "cuda", flush_l2: bool = True) -> None:
+    def __init__(self, nbytes: int, device: torch.device, mode: str = "read") -> None:
+        if mode not in FLUSH_MODES:
+            raise ValueError(f"flush must be one of {FLUSH_MODES}, got {mode!r}")
+        self.mode = mode
+        self.nbytes = 0 if mode == "none" else nbytes - nbytes % 4
+        # Zeros, so a read-back sum is exact and never overflows.
+        self.buffer = torch.zeros(self.nbytes // 4, dtype=torch.int32, device=device)
+        self.sink = torch.zeros((), dtype=torch.int64, device=device)
+
+    def __call__(self) -> None:
+        if self.mode in ("write", "write_read"):
+            self.buffer.zero_()
+        if self.mode in ("read", "write_read"):
+            torch.sum(self.buffer, dim=0, out=self.sink)
+
+
+class GpuTimer:
+    """Times captured CUDA graphs on the current stream, with the L2 flushed between samples.
+
+    `flush` is "read" (default), "write" (zero the buffer), "write_read" or "none";
+    `flush_l2=False` is the same as `flush="none"`."""
+
+    def __init__(
+        self, device: torch.device | str = "cuda", flush_l2: bool = True, flush: str = "read"
+    ) -> None:
+        if flush not in FLUSH_MODES:
+            raise ValueError(f"flush must be one of {FLUSH_MODES}, got {flush!r}")
         self.device = torch.device(device)
         props = torch.cuda.get_device_properties(self.device)
-        l2 = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
-        self.flush_l2 = flush_l2
-        self._flush = torch.empty(2 * l2, dtype=torch.uint8, device=self.device)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+        self.flush_l2 = flush_l2 and flush != "none"
+        self.flush_mode = flush if self.flush_l2 else "none"
+        self._flush = L2Flush(2 * self.l2_bytes, self.device, self.flush_mode)
         self._cudart = _load_cudart()
 
     def reset_persisting_l2(self) -> bool:
@@ -120,9 +207,10 @@ class GpuTimer:
         starts = [_Event(enable_timing=True) for _ in range(n)]
         ends = [_Event(enable_timing=True) for _ in range(n)]
         self.reset_persisting_l2()
+        flush = self._flush if self.flush_l2 else None
         for i in range(n):
-            if self.flush_l2:
-                self._flush.zero_()
+            if flush is not None:
+                flush()
             starts[i].record()
             _graph_replay(graph)
             ends[i].record()
@@ -145,37 +233,107 @@ def median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def run_interleaved(
+@dataclass
+class Interleaved:
+    """What `measure_interleaved` did: every runner's block medians (paired by index), the
+    samples per block it settled on, and why it stopped ("precision", "max_blocks",
+    "max_time"). `halfwidth` is the last precision checked (relative; None if never checked)."""
+
+    medians: list[list[float]]
+    samples_per_block: int
+    stop_reason: str
+    seconds: float
+    halfwidth: float | None
+    remeasured: int = 0
+
+    @property
+    def blocks(self) -> int:
+        return len(self.medians[0]) if self.medians else 0
+
+    @property
+    def n_samples(self) -> int:
+        """Samples per runner that went into the medians."""
+        return self.blocks * self.samples_per_block
+
+
+def _precision(medians: list[list[float]], rule: StoppingRule) -> float:
+    if rule.stop_on == "ratio" and len(medians) > 1:
+        return max(paired_ratio_halfwidth(medians[0], m, n_boot=200) for m in medians[1:])
+    return max(summarize(m, n_boot=200).rel_halfwidth for m in medians)
+
+
+def _warm_up(runners: list[Callable[[int], list[float]]], rule: StoppingRule) -> int:
+    """Run the warm-up and return the samples per block the rule asks for."""
+    if rule.warmup == 0:
+        return rule.samples_per_block
+    start = _perf_counter()
+    n = rule.samples_per_block
+    while True:
+        for run in runners:
+            samples = run(rule.warmup)
+            if samples:
+                n = max(n, rule.samples_for(median(samples)))
+        if _perf_counter() - start >= rule.warmup_s:
+            return n
+
+
+def measure_interleaved(
     runners: list[Callable[[int], list[float]]],
     rule: StoppingRule | None = None,
     on_block: Callable[[int, int, list[float]], bool] | None = None,
-) -> list[list[float]]:
-    """Run each runner's block in turn (ABAB...) and return each runner's block medians.
+) -> Interleaved:
+    """Run each runner's block in turn (ABBA...) until `rule` holds; see `Interleaved`.
 
-    `on_block(runner_index, block_index, samples)` may return False to have that block measured
-    again (a throttled block, say); a block is retried at most twice.
-    """
+    `runner(n)` returns n samples in seconds. `on_block(runner_index, block_index, samples)` may
+    return False to have that block measured again (a throttled block, say); a block is retried
+    at most twice."""
+    if not runners:
+        raise ValueError("measure_interleaved needs at least one runner")
     rule = rule or StoppingRule()
-    for run in runners:
-        run(rule.warmup)
+    n = _warm_up(runners, rule)
     medians: list[list[float]] = [[] for _ in runners]
     t0 = _perf_counter()
     order = list(range(len(runners)))
+    next_check = rule.min_blocks
+    halfwidth: float | None = None
+    remeasured = 0
     while True:
         # ABBA: alternate the order every round so no runner always follows the same neighbour.
         for i in order if len(medians[0]) % 2 == 0 else order[::-1]:
             run = runners[i]
-            for _attempt in range(3):
-                samples = run(rule.samples_per_block)
+            for attempt in range(3):
+                samples = run(n)
+                remeasured += attempt > 0
                 if on_block is None or on_block(i, len(medians[i]), samples):
                     break
             medians[i].append(median(samples))
         blocks = len(medians[0])
         elapsed = _perf_counter() - t0
-        if blocks >= rule.max_blocks or elapsed >= rule.max_time_s:
+        if blocks >= rule.max_blocks:
+            reason = "max_blocks"
             break
-        if blocks >= rule.min_blocks and elapsed >= rule.min_time_s:
-            widths = [summarize(m, n_boot=200).rel_halfwidth for m in medians]
-            if max(widths) <= rule.rel_halfwidth:
+        if elapsed >= rule.max_time_s:
+            reason = "max_time"
+            break
+        if blocks >= next_check and elapsed >= rule.min_time_s:
+            halfwidth = _precision(medians, rule)
+            if halfwidth <= (
+                rule.ratio_halfwidth if _on_ratio(rule, runners) else rule.rel_halfwidth
+            ):
+                reason = "precision"
                 break
-    return medians
+            next_check = max(blocks + 1, math.ceil(blocks * _CHECK_GROWTH))
+    return Interleaved(medians, n, reason, _perf_counter() - t0, halfwidth, remeasured)
+
+
+def _on_ratio(rule: StoppingRule, runners: list) -> bool:
+    return rule.stop_on == "ratio" and len(runners) > 1
+
+
+def run_interleaved(
+    runners: list[Callable[[int], list[float]]],
+    rule: StoppingRule | None = None,
+    on_block: Callable[[int, int, list[float]], bool] | None = None,
+) -> list[list[float]]:
+    """Each runner's block medians: `measure_interleaved(...).medians`."""
+    return measure_interleaved(runners, rule, on_block).medians

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 
 from baselines.stats import (
     RatioInterval,
     decide,
     geomean_ratio_interval,
+    paired_ratio_halfwidth,
     rank_test,
     ratio_interval,
     summarize,
@@ -59,3 +63,14 @@ def test_geomean_interval_weights_shapes() -> None:
     assert heavy_fast.ratio > heavy_same.ratio > 1.0
     assert abs(heavy_fast.ratio - 2**0.75) < 0.01
     assert heavy_fast.ci_low <= heavy_fast.ratio <= heavy_fast.ci_high
+
+
+def test_paired_halfwidth_is_the_ratio_intervals() -> None:
+    a, b = noisy(1.0, 25, 16, 0.01), noisy(1.02, 25, 17, 0.01)
+    interval = ratio_interval(a, b, n_boot=200)
+    half = (interval.ci_high - interval.ci_low) / (2 * interval.ratio)
+    assert paired_ratio_halfwidth(a, b, n_boot=200) == pytest.approx(half)
+    assert paired_ratio_halfwidth(a[:1], b[:1]) == math.inf
+    assert paired_ratio_halfwidth([0.0, 0.0, 0.0], b[:3]) == math.inf
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_ratio_halfwidth(a, b[:-1])
