@@ -26,6 +26,7 @@ from host_tuning.nvml_base import (
     decode_clock_event_reasons,
 )
 from host_tuning.pci import PciDeviceFacts
+from host_tuning.topology import pair_checks
 
 STATUSES = ("pass", "warn", "fail", "unknown")
 SEVERITIES = ("low", "medium", "high")
@@ -925,6 +926,7 @@ def run_checks(facts: HostFacts) -> list[CheckResult]:
                 results.append(
                     _result(rule, f"pci {dev.address}", OTHER, rule.evaluate(dev, facts))
                 )
+    results.extend(pair_checks(facts))
     return results
 
 

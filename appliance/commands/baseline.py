@@ -55,6 +55,35 @@ def baseline(
         console.print(render_result(result))
 
 
+@baseline.command("p2p", epilog=EXIT_CODES_HELP)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the JSON result here.",
+)
+@click.option("--quick", is_flag=True, help="Fewer sizes and samples.")
+@JSON
+def baseline_p2p(out_file: Path | None, quick: bool, as_json: bool) -> None:
+    """Several GPUs: peer-to-peer support, bandwidth (copy engine and SM) and latency per GPU
+    pair, NCCL all-reduce bus bandwidth from 4 KiB to 1 GiB, and the GPUs' topology."""
+    from baselines.p2p import run_p2p_suite
+
+    result = run_p2p_suite(
+        quick=quick, progress=None if as_json else lambda m: console.print(f"  {m}")
+    )
+    data = result.to_dict()
+    if out_file is not None:
+        write_json(out_file, data)
+    if as_json:
+        emit_json(data)
+    else:
+        for note in data.get("notes", []):
+            console.print(note)
+        console.print_json(data=data)
+
+
 @baseline.command("compare", epilog=EXIT_CODES_HELP)
 @click.argument("a")
 @click.argument("b")
