@@ -1,5 +1,10 @@
 """The main job, `autotune run`: host check, profile plan (dry run), baselines, the loop over the
-tasks, and the report (JSON validated against the schema, and Markdown), stage by stage."""
+tasks, and the report (JSON validated against the schema, and Markdown), stage by stage.
+
+With `apply` the profile is really applied (on the simulated NVML device with `simulate`):
+pre-flight first, then after the loop a gains stage that measures the dispatch winners and the
+best peers on the stock and the tuned host, interleaved (appliance.gains), applying the profile
+before each tuned block and restoring it after; the report then holds `gains`."""
 
 from __future__ import annotations
 
@@ -9,10 +14,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance.devices import resolve_device
 from appliance.output import UsageFailure, console, ensure_writable_dir
 from appliance.progress import loop_progress
+
+if TYPE_CHECKING:
+    from appliance.tuned_host import TunedHost
+    from host_tuning.profiles import Change
+    from loop.tasks import Task
 
 # Where candidate paths in the report are shown relative to (a checkout; absolute elsewhere).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +41,9 @@ class PipelineConfig:
     device: str = "auto"
     quick: bool = False
     keep_ids: bool = False
+    apply: bool = False
+    simulate: str | None = None  # a simulated NVML fixture takes the profile, not the GPU
+    gain_rounds: int | None = None  # host-state rounds [default: 2 quick or CPU, else 3]
 
 
 @dataclass
@@ -38,6 +52,11 @@ class PipelineResult:
     report_md: Path
     errors: list[str]
     report: dict
+
+    @property
+    def restored(self) -> bool | None:
+        """Every applied change was undone (None for a dry run)."""
+        return (self.report.get("profile") or {}).get("restored")
 
 
 def _stage(title: str, quiet: bool) -> None:
@@ -60,13 +79,24 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
         tasks = [load_task(name) for name in names]
     except TaskError as exc:
         raise UsageFailure(str(exc)) from exc
+    if cfg.simulate is not None and not cfg.apply:
+        raise UsageFailure("--simulate FIXTURE only makes sense with --apply")
     device, note = resolve_device(cfg.device)
     if not quiet:
         console.print(note)
 
-    profile = profile_section(cfg.profile)
+    tuned = None
+    if cfg.apply:
+        from appliance.tuned_host import open_tuned_host
 
-    _stage("1/5 host check", quiet)
+        tuned = open_tuned_host(cfg.profile, cfg.simulate, cfg.out_dir)
+        profile, planned = None, _plan_and_preflight(tuned, quiet)
+        total = 6
+    else:
+        profile, planned = profile_section(cfg.profile), []
+        total = 5
+
+    _stage(f"1/{total} host check", quiet)
     host = host_section()
     if not quiet:
         counts = {
@@ -75,19 +105,18 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
         }
         console.print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
-    _stage("2/5 profile plan (dry run)", quiet)
-    if not quiet:
-        for change in profile["changes"]:
-            console.print(
-                f"  {change['setting']}: {change['before']} -> {change['after']} ({change.get('status', 'planned')})"
-            )
-        if not profile["changes"]:
-            console.print("  nothing to change")
+    if tuned is None:
+        _stage("2/5 profile plan (dry run)", quiet)
+        _print_changes(profile["changes"], quiet)
+    else:
+        _stage(f"2/{total} profile plan and pre-flight ({tuned.nvml} NVML device)", quiet)
+        _print_changes([c.to_dict() for c in planned], quiet)
+        _print_preflight(tuned, quiet)
 
-    _stage("3/5 baselines", quiet)
+    _stage(f"3/{total} baselines", quiet)
     baselines = baseline_section(device, quiet, quick=cfg.quick or device == "cpu")
 
-    _stage("4/5 loop", quiet)
+    _stage(f"4/{total} loop", quiet)
     task_sections, noise, loop_info = [], None, []
     trials = cfg.trials or DEFAULT_TRIALS[device]
     for task in tasks:
@@ -98,7 +127,13 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
         noise = noise or calibration
         loop_info.append(info)
 
-    _stage("5/5 report", quiet)
+    gains = None
+    if tuned is not None:
+        _stage(f"5/{total} gains: stock and tuned host, interleaved", quiet)
+        gains = gains_section(tuned, planned, tasks, task_sections, loop_info, device, cfg, quiet)
+        profile = _restored_profile(tuned, planned, quiet)
+
+    _stage(f"{total}/{total} report", quiet)
     report = {
         "schema_version": "2",
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -123,6 +158,8 @@ def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
             "proposals": proposals_from_tasks(task_sections),
         },
     }
+    if gains is not None:
+        report["gains"] = gains
     errors = [str(e) for e in validate_report(report)]
     report_json = cfg.out_dir / "report.json"
     report_md = cfg.out_dir / "report.md"
@@ -158,7 +195,127 @@ def reproduce_command(cfg: PipelineConfig, device: str) -> str:
         parts.append("--quick")
     if cfg.keep_ids:
         parts.append("--keep-ids")
+    if cfg.apply:
+        parts.append("--apply")
+    if cfg.simulate is not None:
+        parts += ["--simulate", cfg.simulate]
+    if cfg.gain_rounds:
+        parts += ["--gain-rounds", str(cfg.gain_rounds)]
     return shlex.join(parts)
+
+
+def _print_changes(changes: list[dict], quiet: bool) -> None:
+    if quiet:
+        return
+    for change in changes:
+        console.print(
+            f"  {change['setting']}: {change['before']} -> {change['after']} ({change.get('status', 'planned')})"
+        )
+    if not changes:
+        console.print("  nothing to change")
+
+
+def _plan_and_preflight(tuned: TunedHost, quiet: bool) -> list[Change]:
+    """The plan against the device the profile goes to, and the pre-flight (policy refuse),
+    both before anything is measured; TuningRefused when the pre-flight refuses."""
+    from appliance.tuned_host import TuningRefused, plan_changes, run_preflight
+
+    planned = plan_changes(tuned)
+    tuned.preflight = run_preflight(tuned)
+    if tuned.preflight.refused:
+        lines = "; ".join(tuned.preflight.lines())
+        raise TuningRefused(f"pre-flight of GPU {tuned.preflight.device_index}: {lines}")
+    return planned
+
+
+def _print_preflight(tuned: TunedHost, quiet: bool) -> None:
+    if quiet:
+        return
+    lines = tuned.preflight.lines()
+    console.print("  pre-flight: " + ("nothing found" if not lines else "; ".join(lines)))
+    console.print(f"  journal: {tuned.journal}")
+
+
+def _restored_profile(tuned: TunedHost, planned: list[Change], quiet: bool) -> dict:
+    from appliance.tuned_host import profile_report
+
+    section = profile_report(tuned, planned)
+    if not quiet:
+        state = "restored" if section["restored"] else "[red]NOT restored[/red]"
+        console.print(f"  profile {tuned.profile.name}: applied {tuned.blocks} time(s), {state}")
+        for error in section["restore_errors"]:
+            console.print(f"  [red]{error}[/red]")
+    return section
+
+
+def gains_section(
+    tuned: TunedHost,
+    planned: list[Change],
+    tasks: list[Task],
+    task_sections: list[dict],
+    loop_info: list[dict],
+    device: str,
+    cfg: PipelineConfig,
+    quiet: bool,
+) -> dict:
+    """The `gains` block: rounds of stock and tuned host (apply before each tuned block, restore
+    after it), the dispatch winners and best peers timed in each, the suite in the first round.
+    A failed measurement gives null gains with a note; the host is restored either way (a
+    signal still ends the run, after the restore)."""
+    from appliance.gain_workload import (
+        QUICK_RULE,
+        measure_kernels,
+        plan_from_section,
+        workload_of,
+    )
+    from appliance.gains import GainsError, StateSample, gains_block, interleave_host_states
+    from appliance.tuned_host import hold_profile, run_preflight
+    from baselines.preflight import PreflightRefused
+    from baselines.suite import run_suite
+    from host_tuning.apply import ApplyError
+
+    say = (lambda m: None) if quiet else (lambda m: console.print(f"  {m}"))
+    quick = cfg.quick or device == "cpu"
+    rounds = cfg.gain_rounds or (2 if quick else 3)
+    rule = QUICK_RULE if quick else {}
+    plans = [
+        plan_from_section(task, section, info["candidate"], info["params"])
+        for task, section, info in zip(tasks, task_sections, loop_info, strict=True)
+    ]
+    workload = workload_of(plans)
+
+    def measure(state: str, r: int) -> StateSample:
+        sample = measure_kernels(plans, device, rule, say)
+        if r == 1:
+            say(f"  baseline suite on the {state} host")
+            sample.suite = run_suite(device, quick=quick).to_dict()
+        return sample
+
+    host_label = f"profile {tuned.profile.name}"
+    notes = [
+        f"host states interleaved over {rounds} round(s): stock, then {host_label} applied "
+        "before the block and restored after it; the baseline suite ran once per state, in "
+        "round 1"
+    ]
+    if tuned.simulated:
+        fixture = tuned.nvml.removeprefix("simulated: ")
+        host_label += f" (simulated {fixture} NVML device)"
+        notes.append(
+            f"the profile went to the simulated NVML device {fixture}, not to the GPU: its "
+            "clocks did not change, so the hardware gain is noise around 1 and shows that the "
+            "apply/restore path ran, not a speedup"
+        )
+    if not any(c.status == "planned" for c in planned):
+        notes.append(f"profile {tuned.profile.name} changes nothing on this host")
+    try:
+        again = run_preflight(tuned)  # the loop took a while: is the GPU still fit?
+        say("pre-flight again: " + ("; ".join(again.lines()) or "nothing found"))
+        again.raise_if_refused()
+        measured = interleave_host_states(measure, lambda: hold_profile(tuned), rounds, say)
+    except (GainsError, ApplyError, PreflightRefused) as exc:
+        say(f"[red]gains not measured[/red]: {exc}")
+        return {"hardware": None, "kernel": None, "end_to_end": None, "notes": [str(exc)]}
+    return gains_block(measured, workload, tuned_host=host_label, notes=notes)
 
 
 def host_section() -> dict:
@@ -320,6 +477,8 @@ def loop_section(
         "store": result.store_url,
         "resumed": result.resumed,
         "stop_reason": result.stop_reason,
+        "candidate": candidate,
+        "params": result.incumbent["params"],
     }
     return section, noise, info
 

@@ -49,3 +49,26 @@ def device_copy_bandwidth(
         timer.block(graph, samples)
     best = min(median(timer.block(graph, samples)) for _ in range(5))
     return 2 * (nbytes // 4 * 4) / best
+
+
+def kernel_read(nbytes: int, device: torch.device | str) -> Callable[[], torch.Tensor]:
+    """A read of `nbytes` of random data by an SM kernel that writes almost nothing: a sum over
+    rows of 64 KiB, one float per row."""
+    rows = max(1, nbytes // (1 << 16))
+    src = torch.empty(rows, (1 << 16) // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty(rows, dtype=torch.float32, device=device)
+    return lambda: torch.sum(src, dim=1, out=dst)
+
+
+def device_read_bandwidth(
+    timer: GpuTimer, nbytes: int = 1 << 30, samples: int = 10, warm_s: float = 0.3
+) -> float:
+    """Bytes read per second of `kernel_read`, best block median of graph replays: the ceiling
+    for kernels that mostly read (above copy bandwidth on HBM, which turns reads into writes)."""
+    graph, _ = timer.capture(kernel_read(nbytes, timer.device))
+    start = time.perf_counter()
+    while time.perf_counter() - start < warm_s:
+        timer.block(graph, samples)
+    best = min(median(timer.block(graph, samples)) for _ in range(5))
+    rows = max(1, nbytes // (1 << 16))
+    return rows * (1 << 16) / best

@@ -1,9 +1,11 @@
 """Dispatch tables: per shape, the winning candidate and params, or the best peer where nothing
-beat it; and `choose`, the small function model code calls at run time."""
+beat it; `load` gives model code a function that picks by shape at run time."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -34,3 +36,33 @@ def choose(table: dict, **dims) -> dict:
     ordered = sorted(matching, key=lambda e: e["dims"][key])
     below = [e for e in ordered if e["dims"][key] <= dims[key]]
     return below[-1] if below else ordered[0]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to run for one call: a tuned candidate with its params, or a peer."""
+
+    source: str  # candidate or peer
+    name: str
+    params: dict
+    shape: str
+    commit: str = ""
+
+
+def load(path: Path | str) -> Callable[..., Choice]:
+    """The dispatch table at `path` as a function of the call's dims, for model code:
+
+    pick = load("dispatch-rmsnorm.json")
+    choice = pick(tokens=x.shape[0], hidden=x.shape[1])  # Choice(source, name, params, ...)
+    """
+    table = load_dispatch(Path(path))
+    if not table.get("entries"):
+        raise LookupError(f"{path}: the dispatch table has no entries")
+
+    def pick(**dims) -> Choice:
+        e = choose(table, **dims)
+        return Choice(
+            e["source"], e["name"], dict(e.get("params") or {}), e["shape"], e.get("commit", "")
+        )
+
+    return pick

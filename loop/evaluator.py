@@ -6,6 +6,7 @@ memory limits; whatever the worker does, the parent gets a verdict with stable r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -13,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +26,8 @@ from loop.tasks import Task
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_CPU_MEMORY_BYTES = 12 * 2**30
+# The folder holding this copy of the harness packages (loop/, baselines/, host_tuning/).
+HARNESS_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -40,6 +44,8 @@ class ShapeResult:
     blocks_s: list[float] = field(default_factory=list)
     method: str | None = None
     n_samples: int = 0
+    dropped: dict | None = None  # a peer left out on this shape: the reason, as a dict
+    telemetry: dict | None = None  # GPU clocks, temperature, power, re-measured blocks
 
     @property
     def median_s(self) -> float | None:
@@ -75,6 +81,8 @@ class Evaluation:
     verdicts: list[Verdict]
     ceilings: dict | None
     seconds: float
+    # Where the worker's time went: harness import, verification, timing (seconds).
+    phases: dict = field(default_factory=dict)
 
     def by_label(self, label: str) -> Verdict:
         return next(v for v in self.verdicts if v.label == label)
@@ -84,13 +92,20 @@ class Evaluation:
         timed = [
             v
             for v in self.verdicts
-            if v.kind == "peer" and v.accepted and shape in v.shapes and v.shapes[shape].blocks_s
+            if v.kind == "peer"
+            and v.accepted
+            and shape in v.shapes
+            and v.shapes[shape].blocks_s
+            and not v.shapes[shape].dropped
         ]
         return min(timed, key=lambda v: v.shapes[shape].median_s, default=None)
 
 
 @dataclass
 class Limits:
+    """`timeout_s` bounds each worker child (one candidate's verification, the peers', or one
+    timing pass); the worker as a whole gets a multiple of it."""
+
     timeout_s: float = DEFAULT_TIMEOUT_S
     cpu_memory_bytes: int = DEFAULT_CPU_MEMORY_BYTES
     gpu_mem_fraction: float = 0.9
@@ -157,7 +172,10 @@ def evaluate(
     rule: dict | None = None,
     floor: dict | None = None,
     limits: Limits | None = None,
+    seeds: int = 1,
 ) -> Evaluation:
+    """Verify (and with `time_it`, time) `candidates` and `peers` on `device`. `seeds` > 1
+    verifies every shape on that many fresh secret seeds."""
     limits = limits or Limits()
     started = time.monotonic()
     pre: dict[str, tuple[str | None, list[Reason]]] = {}
@@ -191,6 +209,9 @@ def evaluate(
         "rule": rule or {},
         "floor": floor,
         "gpu_mem_fraction": limits.gpu_mem_fraction,
+        "timeout_s": limits.timeout_s,
+        "seeds": max(1, int(seeds)),
+        "harness": str(HARNESS_ROOT),
     }
     worker_result, failure = (
         _run_worker(request, device, limits) if (to_run or peers) else ({"runners": []}, None)
@@ -217,6 +238,7 @@ def evaluate(
         verdicts,
         worker_result.get("ceilings"),
         time.monotonic() - started,
+        worker_result.get("phases") or {},
     )
 
 
@@ -227,7 +249,13 @@ def _to_verdict(raw, label, kind, params, failure: Reason | None, language) -> V
     reasons = [Reason(r["code"], r["message"]) for r in raw["reasons"]]
     shapes = {
         name: ShapeResult(
-            name, s.get("rel_err"), s.get("blocks_s", []), s.get("method"), s.get("n_samples", 0)
+            name,
+            s.get("rel_err"),
+            s.get("blocks_s", []),
+            s.get("method"),
+            s.get("n_samples", 0),
+            s.get("dropped"),
+            s.get("telemetry"),
         )
         for name, s in raw["shapes"].items()
     }
@@ -242,34 +270,53 @@ def _limit_memory(nbytes: int):
     return apply
 
 
+def _backstop_s(request: dict, limits: Limits) -> float:
+    """The whole worker's limit: every child may use its own, timing may be retried."""
+    children = len(request["candidates"]) + 1
+    if request["time"]:
+        children += 2 + len(request["candidates"]) + len(request["peers"])
+    return limits.timeout_s * children + 60.0
+
+
 def _run_worker(request: dict, device: str, limits: Limits) -> tuple[dict, Reason | None]:
     read_fd, write_fd = os.pipe()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_SECRET")}
+    # The harness comes from this copy, never from a candidate's folder or the current directory:
+    # -P keeps the working directory off sys.path, PYTHONPATH names this copy first.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(HARNESS_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
+    # The worker forks a child per candidate, so it must never initialise CUDA itself; this keeps
+    # torch.cuda.is_available() (should anything call it) from doing so.
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     # CUDA maps far more virtual memory than it uses, so an address-space limit only fits the CPU.
     preexec = _limit_memory(limits.cpu_memory_bytes) if device == "cpu" else os.setsid
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loop.worker", str(write_fd)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        pass_fds=(write_fd,),
-        env=env,
-        cwd=str(Path(__file__).resolve().parent.parent),
-        preexec_fn=preexec,
-    )
-    os.close(write_fd)
-    timed_out = False
-    try:
-        _, stderr = proc.communicate(json.dumps(request).encode(), timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
+    backstop = _backstop_s(request, limits)
+    with tempfile.TemporaryDirectory(prefix="autotune-worker-") as cwd:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "loop.worker", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(write_fd,),
+            env=env,
+            cwd=cwd,
+            preexec_fn=preexec,
+        )
+        os.close(write_fd)
+        timed_out = False
+        try:
+            _, stderr = proc.communicate(json.dumps(request).encode(), timeout=backstop)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            _, stderr = proc.communicate()
+        _kill_group(proc.pid)  # whatever a child left behind (compiler workers, say)
     with os.fdopen(read_fd) as pipe:
         raw = pipe.read()
     tail = stderr.decode(errors="replace")[-800:]
     if timed_out:
-        return {}, reason("timeout", f"the worker ran past {limits.timeout_s:.0f} s")
+        return {}, reason("timeout", f"the worker ran past {backstop:.0f} s")
     try:
         result = json.loads(raw)
     except json.JSONDecodeError:
@@ -285,3 +332,8 @@ def _run_worker(request: dict, device: str, limits: Limits) -> tuple[dict, Reaso
     if "error" in result:
         return {}, reason("crash", f"harness error in the worker: {result['error']}")
     return result, None
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

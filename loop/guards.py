@@ -95,8 +95,17 @@ FORBIDDEN_ATTRIBUTES = {
     "__getattribute__": "dynamic attribute access",
     "__delattr__": "dynamic attribute deletion",
     "tb_frame": "frame access",
+    "cudaStreamSetAttribute": "setting stream attributes (persisting L2 window)",
+    "streamSetAttribute": "setting stream attributes (persisting L2 window)",
+    "deviceSetLimit": "changing device limits (persisting L2 size)",
+    "ctxResetPersistingL2Cache": "changing the harness's L2 state",
     "__traceback__": "frame access",
 }
+
+
+# cupy's raw CUDA runtime and driver bindings (persisting-L2 windows, device limits, stream
+# attributes); triton.runtime is fine, so these are banned under cupy only.
+CUPY_RAW = {"runtime", "driver"}
 
 
 @dataclass(frozen=True)
@@ -189,9 +198,14 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 reasons.append(
                     reason("forbidden-import", f"line {node.lineno}: from {node.module} import")
                 )
+            module_parts = set((node.module or "").split("."))
             for alias in node.names:
                 aliases[alias.asname or alias.name] = top
-                if alias.name in forbidden_ops:
+                if top == "cupy" and (alias.name in CUPY_RAW or module_parts & CUPY_RAW):
+                    reasons.append(
+                        reason("forbidden-call", f"line {node.lineno}: cupy raw CUDA bindings")
+                    )
+                elif alias.name in forbidden_ops:
                     reasons.append(
                         reason("calls-reference", f"line {node.lineno}: imports {alias.name}")
                     )
@@ -212,7 +226,11 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 )
             )
         elif isinstance(node, ast.Attribute):
-            if node.attr in FORBIDDEN_ATTRIBUTES:
+            if node.attr in CUPY_RAW and aliases.get(_root_name(node) or "") == "cupy":
+                reasons.append(
+                    reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (raw CUDA)")
+                )
+            elif node.attr in FORBIDDEN_ATTRIBUTES:
                 reasons.append(
                     reason(
                         "forbidden-call",
@@ -246,6 +264,14 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                             f"line {sub.lineno}: assigns {_dotted(sub)}",
                         )
                     )
+        if (
+            isinstance(node, ast.BinOp | ast.AugAssign)
+            and isinstance(node.op, ast.MatMult)
+            and "matmul" in forbidden_ops
+        ):
+            reasons.append(
+                reason("calls-reference", f"line {node.lineno}: the @ operator is a matmul call")
+            )
         if isinstance(node, ast.Global):
             reasons.append(reason("forbidden-call", f"line {node.lineno}: global statement"))
 

@@ -66,6 +66,19 @@ class Task:
     def tolerance(self, dtype: str) -> float:
         return float(self.module.TOLERANCE[dtype])
 
+    def output_dtypes(self, shape: Shape, count: int) -> list[str]:
+        """The dtype of each of the `count` outputs: the task's optional `output_dtypes(shape)`
+        hook, else the shape's dtype for every output."""
+        hook = getattr(self.module, "output_dtypes", None)
+        if hook is None:
+            return [shape.dtype] * count
+        dtypes = [str(d) for d in hook(shape.to_dict())]
+        if len(dtypes) != count:
+            raise TaskError(
+                f"{self.name}: output_dtypes gives {len(dtypes)} dtypes for {count} outputs"
+            )
+        return dtypes
+
     def make_inputs(self, shape: Shape, seed: int, device: str) -> tuple:
         inputs = self._make_inputs(shape.to_dict(), seed, device)
         return tuple(inputs) if isinstance(inputs, list | tuple) else (inputs,)
@@ -79,16 +92,38 @@ class Task:
     def flops(self, shape: Shape) -> int:
         return int(self.module.flops(shape.to_dict()))
 
+    def declares_read_write(self) -> bool:
+        """Whether the task gives bytes read and bytes written apart (`bytes_read` and
+        `bytes_written` hooks), so its floor may use the read bandwidth."""
+        return hasattr(self.module, "bytes_read") and hasattr(self.module, "bytes_written")
+
+    def bytes_read_written(self, shape: Shape) -> tuple[int, int]:
+        """(bytes read, bytes written); without the hooks, `bytes_moved` counts as copy traffic
+        (half read, half written)."""
+        if self.declares_read_write():
+            dims = shape.to_dict()
+            return int(self.module.bytes_read(dims)), int(self.module.bytes_written(dims))
+        moved = self.bytes_moved(shape)
+        return moved - moved // 2, moved // 2
+
     @property
     def peers(self) -> dict[str, Callable]:
         return dict(self.module.PEERS)
 
+    def peer_runs_on(self, name: str, device: str) -> bool:
+        """Whether peer `name` runs on `device`: the task's optional `PEER_DEVICES` maps a peer
+        to the device kinds it runs on (`{"sdpa-flash": ["cuda"]}`); unlisted peers run on all."""
+        kinds = dict(getattr(self.module, "PEER_DEVICES", {})).get(name)
+        key = "cuda" if device.startswith("cuda") else "cpu"
+        return kinds is None or key in kinds
+
     def default_peers(self, device: str) -> list[str]:
-        """Every peer on the GPU; on the CPU all but torch.compile, which needs minutes of
-        compilation per shape on a small machine (ask for it by name to have it)."""
+        """Every peer that runs on the device; on the CPU all but torch.compile, which needs
+        minutes of compilation per shape on a small machine (ask for it by name to have it)."""
+        peers = [p for p in self.peers if self.peer_runs_on(p, device)]
         if device.startswith("cuda"):
-            return list(self.peers)
-        return [p for p in self.peers if not p.startswith("torch.compile")]
+            return peers
+        return [p for p in peers if not p.startswith("torch.compile")]
 
     @property
     def bucket_key(self) -> str | None:

@@ -1,25 +1,43 @@
-"""The one place that loads untrusted candidate code: a worker process per evaluation.
+"""The one place that loads untrusted candidate code: a worker process per evaluation, and inside
+it a forked child per candidate.
 
-`python -m loop.worker FD` reads a JSON request on stdin and writes one JSON result to file
+`python -P -m loop.worker FD` reads a JSON request on stdin and writes one JSON result to file
 descriptor FD. The request carries the secret seed, so the seed is never in the environment or on
-the command line. The timer is imported before any candidate loads. Per candidate and shape:
-the candidate runs first on its own inputs (outputs poisoned beforehand), then the float64
-reference on private clones; then graph capture and interleaved timing against the other runners;
-then re-verification of the timed graph's outputs on new values in the same input buffers.
+the command line. The worker (the supervisor) imports the harness and the timer, never a
+candidate, and never touches the GPU: it forks children that do.
+
+- Verification: each candidate in its own child (a crash, hang, exit, segfault or OOM there
+  rejects that candidate and nothing else); the peers together in one more child, sharing each
+  shape's inputs and reference. Per candidate and shape: the candidate runs first on its own
+  inputs (outputs poisoned beforehand), then the float64 reference on private clones.
+- Timing: the candidates that passed and the peers in one child, interleaved, input values
+  rotated in the same buffers between samples (CPU) or blocks (GPU, outside the timed region);
+  then re-verification of the timed path on perturbed and on new values in the same buffers.
+  The child writes a progress mark before each runner acts; if it dies, the runner named by the
+  last mark is rejected (a peer: dropped for that shape) and timing runs again without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
+import select
+import signal
 import sys
+import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+IMPORTED_AT = time.monotonic()
 TRITON_ON_CPU = "TRITON_INTERPRET"
+CPU_ROTATION = 4  # value sets cycled through the timed buffers on the CPU, one per sample
+GPU_ROTATION = 2  # on the GPU, one per block
+PERTURB_FRACTIONS = (0.02, 0.002)  # share of elements changed by each perturbed re-verification
 
 
 @dataclass
@@ -30,10 +48,47 @@ class Runner:
     params: dict = field(default_factory=dict)
     reasons: list = field(default_factory=list)
     shapes: dict = field(default_factory=dict)
+    path: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.reasons
+
+    def dropped(self, shape: str) -> bool:
+        return "dropped" in self.shapes.get(shape, {})
+
+    def drop(self, shape: str, why) -> None:
+        """A peer that fails on one shape is left out there only; a candidate is rejected."""
+        if self.kind == "peer":
+            self.shapes.setdefault(shape, {})["dropped"] = why.to_dict()
+        else:
+            self.reasons.append(why)
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "kind": self.kind,
+            "params": self.params,
+            "verdict": "accepted" if self.ok else "rejected",
+            "reasons": [x.to_dict() for x in self.reasons],
+            "shapes": self.shapes,
+        }
+
+
+@dataclass
+class Context:
+    """What every child needs: the request, the task, and the harness modules bound before any
+    candidate loads."""
+
+    request: dict
+    task: object
+    shapes: list
+    device: str
+    secret: int
+    seeds: int
+    torch: object
+    timing: object
+    reason: Callable
 
 
 def _mix(secret: int, public: int, salt: int) -> int:
@@ -41,16 +96,19 @@ def _mix(secret: int, public: int, salt: int) -> int:
     return int.from_bytes(digest[:8], "little") & 0x7FFFFFFFFFFFFFFF
 
 
+def _verify_salt(k: int) -> int:
+    return 1 if k == 0 else 1000 + k
+
+
 def main() -> int:
     result_fd = int(sys.argv[1])
     request = json.loads(sys.stdin.read())
-    device = request["device"]
-    if device == "cpu":
+    if request["device"] == "cpu":
         os.environ[TRITON_ON_CPU] = "1"
     out = os.fdopen(result_fd, "w")
     sys.stdout = sys.stderr  # whatever a candidate prints can never pass for a result
     try:
-        result = evaluate(request)
+        result = supervise(request)
     except BaseException as exc:  # the harness itself failed: say so, never hang the parent
         result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     result["nonce"] = request["nonce"]
@@ -59,7 +117,21 @@ def main() -> int:
     return 0
 
 
-def evaluate(request: dict) -> dict:
+def _check_harness_origin(root: str | None) -> None:
+    """The harness must come from the evaluator's own copy, never from a candidate's folder."""
+    import baselines
+    import loop
+
+    if root is None:
+        return
+    for module in (loop, baselines):
+        where = Path(module.__file__).resolve()
+        if Path(root).resolve() not in where.parents:
+            raise ImportError(f"{module.__name__} was imported from {where}, not from {root}")
+
+
+def supervise(request: dict) -> dict:
+    _check_harness_origin(request.get("harness"))
     import torch
 
     from baselines import timer as timing
@@ -67,67 +139,267 @@ def evaluate(request: dict) -> dict:
     from loop.tasks import load_task
 
     device = request["device"]
-    secret = int(request["secret"])
     task = load_task(request["task"])
-    shapes = [
-        s for s in task.shapes(device) if not request.get("shapes") or s.name in request["shapes"]
+    # Only peers may compile; importing dynamo takes seconds, so only when one will.
+    if "torch._dynamo" in sys.modules or any("compile" in p for p in request.get("peers", [])):
+        _let_compiled_peers_specialise(torch)
+    wanted = request.get("shapes")
+    shapes = [s for s in task.shapes(device) if not wanted or s.name in wanted]
+    ctx = Context(
+        request,
+        task,
+        shapes,
+        device,
+        int(request["secret"]),
+        max(1, int(request.get("seeds", 1))),
+        torch,
+        timing,
+        reason,
+    )
+    timeout = float(request.get("timeout_s", 600.0))
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised before the worker forked (by the task module?)")
+
+    candidates = [
+        Runner(s["label"], "candidate", None, s.get("params") or {}, path=s["path"])
+        for s in request.get("candidates", [])
     ]
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    _let_compiled_peers_specialise(torch)
-    if device == "cuda":
-        torch.cuda.set_per_process_memory_fraction(float(request.get("gpu_mem_fraction", 0.9)))
+    peers = [Runner(name, "peer", None) for name in request.get("peers", [])]
 
-    runners: list[Runner] = []
-    for spec in request.get("candidates", []):
-        runner = Runner(spec["label"], "candidate", None, spec.get("params") or {})
-        try:
-            runner.fn = _load_candidate(Path(spec["path"]), spec["label"])
-        except Exception as exc:
-            runner.reasons.append(reason("import-error", f"{type(exc).__name__}: {exc}"))
-        runners.append(runner)
-    for name in request.get("peers", []):
-        runners.append(Runner(name, "peer", task.peers[name]))
+    started = time.monotonic()
+    phases = {"harness_import_s": started - IMPORTED_AT}
+    for runner in candidates:
+        _supervised(ctx, [runner], _verify_body, timeout)
+    phases["verify_candidates_s"] = time.monotonic() - started
+    if peers:
+        _supervised(ctx, peers, _verify_body, timeout)
+    phases["verify_s"] = time.monotonic() - started
+    for peer in peers:
+        if peer.ok and shapes and all(peer.dropped(s.name) for s in shapes):
+            first = peer.shapes[shapes[0].name]["dropped"]
+            peer.reasons.append(reason(first["code"], f"on every shape: {first['message']}"))
 
-    for shape in shapes:
-        for runner in runners:
-            if runner.ok:
-                _verify(task, shape, runner, device, _mix(secret, shape.seed, 1), reason, torch)
-
-    timer = None
     ceilings = None
-    if request.get("time") and device == "cuda":
-        from baselines.roofline import Ceilings, device_copy_bandwidth
-
-        timer = timing.GpuTimer(device)
-        floor = request.get("floor") or {}
-        bandwidth = floor.get("copy_bytes_per_s") or device_copy_bandwidth(timer)
-        ceilings = Ceilings(bandwidth, floor.get("flops_per_s"))
     if request.get("time"):
-        rule = timing.StoppingRule(**request.get("rule", {}))
-        for shape in shapes:
-            _time_shape(task, shape, runners, device, secret, rule, timer, ceilings, reason, torch)
-
-    broken = timing.tampered()
-    for runner in runners:
-        if broken and runner.kind == "candidate":
-            runner.reasons.append(reason("timer-tampered", f"changed: {', '.join(broken)}"))
+        live = [r for r in (*candidates, *peers) if r.ok]
+        if live:
+            ceilings = _supervised(ctx, live, _time_body, timeout)
+    phases["total_s"] = time.monotonic() - started
+    phases["timing_s"] = phases["total_s"] - phases["verify_s"]
     return {
         "task": task.name,
         "device": device,
-        "ceilings": None if ceilings is None else ceilings.__dict__,
-        "runners": [
-            {
-                "label": r.label,
-                "kind": r.kind,
-                "params": r.params,
-                "verdict": "accepted" if r.ok else "rejected",
-                "reasons": [x.to_dict() for x in r.reasons],
-                "shapes": r.shapes,
-            }
-            for r in runners
-        ],
+        "ceilings": ceilings,
+        "phases": phases,
+        "runners": [r.to_dict() for r in (*candidates, *peers)],
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# children
+
+
+@dataclass
+class Outcome:
+    result: dict | None
+    last_mark: tuple[str, str] | None
+    failure: str | None  # None, "timeout", "out-of-memory" or "crash"
+    message: str = ""
+
+
+class Channel:
+    """The child's end of the pipe: progress marks, then one result."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, obj: dict) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def mark(self, label: str, shape: str) -> None:
+        self.send({"mark": [label, shape]})
+
+
+def run_child(body: Callable[[Channel], dict], timeout_s: float) -> Outcome:
+    """Run `body` in a forked child; whatever the child does, return what it said and how it
+    ended. The child never returns into the caller's code."""
+    read_fd, write_fd = os.pipe()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read_fd)
+        status = 0
+        chan = Channel(write_fd)
+        try:
+            chan.send({"result": body(chan)})
+        except BaseException as exc:
+            status = 3
+            with contextlib.suppress(BaseException):
+                chan.send({"error": f"{type(exc).__name__}: {exc}"[:800]})
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os._exit(status)
+    os.close(write_fd)
+    buf, timed_out = b"", False
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            os.kill(pid, signal.SIGKILL)
+            break
+        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
+        if ready:
+            chunk = os.read(read_fd, 1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    result, mark, error = None, None, None
+    for line in buf.decode(errors="replace").splitlines():
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "mark" in msg:
+            mark = tuple(msg["mark"])
+        elif "result" in msg:
+            result = msg["result"]
+        elif "error" in msg:
+            error = msg["error"]
+    if timed_out:
+        return Outcome(None, mark, "timeout", f"ran past {timeout_s:.0f} s")
+    if result is not None:
+        return Outcome(result, mark, None)
+    if error is not None:
+        oom = "MemoryError" in error or "out of memory" in error.lower()
+        return Outcome(None, mark, "out-of-memory" if oom else "crash", error)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGKILL:  # the kernel's OOM killer, or memory limits
+            return Outcome(None, mark, "out-of-memory", "killed (SIGKILL)")
+        return Outcome(None, mark, "crash", f"died of signal {signal.Signals(sig).name}")
+    return Outcome(None, mark, "crash", f"exited with status {os.WEXITSTATUS(status)}")
+
+
+def _supervised(ctx: Context, runners: list[Runner], body, timeout_s: float):
+    """Run `body(ctx, runners, excluded, chan)` in a child until it finishes; each death rejects
+    the runner named by the child's last mark (a peer: for that shape) and runs it again
+    without that one, at most once per runner and shape."""
+    excluded: set[tuple[str, str]] = set()
+    by_label = {r.label: r for r in runners}
+    for _ in range(len(runners) * max(1, len(ctx.shapes)) + 1):
+        live = [r for r in runners if r.ok]
+        if not live:
+            return None
+        outcome = run_child(lambda chan, rs=live: body(ctx, rs, excluded, chan), timeout_s)
+        if outcome.result is not None:
+            for raw in outcome.result["runners"]:
+                runner = by_label[raw["label"]]
+                runner.reasons.extend(ctx.reason(r["code"], r["message"]) for r in raw["reasons"])
+                for shape, entry in raw["shapes"].items():
+                    runner.shapes.setdefault(shape, {}).update(entry)
+            return outcome.result.get("extra")
+        why_code = outcome.failure or "crash"
+        if outcome.last_mark is None or outcome.last_mark[0] not in by_label:
+            for runner in live:
+                runner.reasons.append(ctx.reason(why_code, f"worker child: {outcome.message}"))
+            return None
+        label, shape = outcome.last_mark
+        culprit = by_label[label]
+        culprit.drop(shape, ctx.reason(why_code, f"{shape}: {outcome.message}"[:500]))
+        excluded.add((label, shape))
+    for runner in runners:
+        if runner.ok:
+            runner.reasons.append(ctx.reason("crash", "worker children kept dying"))
+    return None
+
+
+def _wire(runners: list[Runner]) -> dict:
+    return {"runners": [r.to_dict() for r in runners]}
+
+
+def _load_runners(ctx: Context, runners: list[Runner], chan: Channel) -> list[Runner]:
+    """Fresh copies of `runners` for this child, their callables loaded here."""
+    out = []
+    for r in runners:
+        if r.kind == "candidate":
+            chan.mark(r.label, "(import)")
+        copy = Runner(r.label, r.kind, None, r.params, path=r.path)
+        copy.shapes = {s: dict(e) for s, e in r.shapes.items() if "dropped" in e}
+        try:
+            if r.kind == "candidate":
+                copy.fn = _load_candidate(Path(r.path), r.label)
+            elif not ctx.task.peer_runs_on(r.label, ctx.device):
+                copy.reasons.append(
+                    ctx.reason("unsupported-device", f"peer {r.label} does not run on {ctx.device}")
+                )
+            else:
+                copy.fn = ctx.task.peers[r.label]
+        except BaseException as exc:
+            copy.reasons.append(ctx.reason("import-error", f"{type(exc).__name__}: {exc}"[:500]))
+        out.append(copy)
+    return out
+
+
+def _prepare_device(ctx: Context) -> None:
+    torch = ctx.torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if ctx.device == "cuda":
+        torch.cuda.set_per_process_memory_fraction(float(ctx.request.get("gpu_mem_fraction", 0.9)))
+
+
+def _tamper_check(ctx: Context, runners: list[Runner]) -> None:
+    broken = ctx.timing.tampered()
+    for runner in runners:
+        if broken and runner.kind == "candidate":
+            runner.reasons.append(ctx.reason("timer-tampered", f"changed: {', '.join(broken)}"))
+
+
+def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> dict:
+    _prepare_device(ctx)
+    if ctx.device == "cpu":  # correctness needs no threads, and a busy host makes them wait
+        ctx.torch.set_num_threads(1)
+    runners = _load_runners(ctx, runners, chan)
+    share = all(r.kind == "peer" for r in runners)  # never share a reference with a candidate
+    for shape in ctx.shapes:
+        for k in range(ctx.seeds):
+            cache: dict = {}
+            for runner in runners:
+                if not runner.ok or runner.dropped(shape.name):
+                    continue
+                if (runner.label, shape.name) in excluded:
+                    continue
+                chan.mark(runner.label, shape.name)
+                seed = _mix(ctx.secret, shape.seed, _verify_salt(k))
+                why = _verify(ctx, shape, runner, seed, cache if share else None)
+                if why is not None:
+                    runner.drop(shape.name, why)
+            cache.clear()
+    if ctx.device == "cuda" and ctx.shapes:
+        for runner in runners:
+            if runner.kind == "candidate" and runner.ok:
+                chan.mark(runner.label, ctx.shapes[0].name)
+                _capture_check(ctx, runner, ctx.shapes[0])
+    _tamper_check(ctx, runners)
+    return _wire(runners)
+
+
+def _capture_check(ctx: Context, runner: Runner, shape) -> None:
+    """Production runs under CUDA graphs: a candidate that cannot be captured is rejected by
+    verification too, never first inside the process that times everyone."""
+    timer = ctx.timing.GpuTimer(ctx.device, flush_l2=False)
+    inputs = ctx.task.make_inputs(shape, _mix(ctx.secret, shape.seed, 7), ctx.device)
+    try:
+        timer.capture(lambda: _call(runner, inputs))
+    except ctx.timing.CaptureError as exc:
+        runner.reasons.append(ctx.reason("graph-capture-failed", f"{shape.name}: {exc}"[:500]))
 
 
 def _let_compiled_peers_specialise(torch) -> None:
@@ -170,28 +442,24 @@ def _poison_allocator(inputs: tuple, torch) -> None:
     del poison
 
 
-def _check_outputs(task, shape, outputs, refs, runner, reason, torch) -> str | None:
-    """None when the outputs are right; else the first reason code, appended to runner.reasons."""
+def _check_outputs(ctx: Context, shape, outputs, refs):
+    """(None, worst relative error) when the outputs are right; else (the reason, None)."""
+    torch, reason, task = ctx.torch, ctx.reason, ctx.task
     outputs = _as_tuple(outputs)
     if len(outputs) != len(refs):
-        runner.reasons.append(
-            reason(
-                "wrong-output-type", f"{shape.name}: {len(outputs)} outputs, expected {len(refs)}"
-            )
-        )
-        return "wrong-output-type"
-    dtype = getattr(torch, shape.dtype)
-    tol = task.tolerance(shape.dtype)
+        return reason(
+            "wrong-output-type", f"{shape.name}: {len(outputs)} outputs, expected {len(refs)}"
+        ), None
     worst = 0.0
-    for out, ref in zip(outputs, refs, strict=True):
+    dtypes = task.output_dtypes(shape, len(refs))
+    for i, (out, ref, dtype_name) in enumerate(zip(outputs, refs, dtypes, strict=True)):
+        where = f"{shape.name}" + (f" output {i}" if len(refs) > 1 else "")
         if type(out) is not torch.Tensor or out.layout != torch.strided or out.is_sparse:
-            runner.reasons.append(
-                reason(
-                    "wrong-output-type",
-                    f"{shape.name}: got {type(out).__name__}, not a plain dense torch.Tensor",
-                )
-            )
-            return "wrong-output-type"
+            return reason(
+                "wrong-output-type",
+                f"{where}: got {type(out).__name__}, not a plain dense torch.Tensor",
+            ), None
+        dtype = getattr(torch, dtype_name)
         want = torch.empty(ref.shape, dtype=dtype)
         if (
             out.shape != ref.shape
@@ -199,46 +467,35 @@ def _check_outputs(task, shape, outputs, refs, runner, reason, torch) -> str | N
             or out.device.type != ref.device.type
             or out.stride() != want.stride()
         ):
-            runner.reasons.append(
-                reason(
-                    "wrong-output-layout",
-                    f"{shape.name}: got shape {tuple(out.shape)} {out.dtype} {out.device.type} strides {out.stride()}, "
-                    f"expected {tuple(ref.shape)} {dtype} {ref.device.type} strides {want.stride()}",
-                )
-            )
-            return "wrong-output-layout"
+            return reason(
+                "wrong-output-layout",
+                f"{where}: got shape {tuple(out.shape)} {out.dtype} {out.device.type} strides "
+                f"{out.stride()}, expected {tuple(ref.shape)} {dtype} {ref.device.type} strides "
+                f"{want.stride()}",
+            ), None
         got = out.to(torch.float64)
         finite_ref = torch.isfinite(ref)
         if not bool(torch.isfinite(got)[finite_ref].all()):
-            runner.reasons.append(
-                reason("non-finite-output", f"{shape.name}: NaN or Inf in the output")
-            )
-            return "non-finite-output"
+            return reason("non-finite-output", f"{where}: NaN or Inf in the output"), None
         if (
             got.numel() > 1
             and float(got.max() - got.min()) == 0.0
             and float(ref.max() - ref.min()) != 0.0
         ):
-            runner.reasons.append(
-                reason(
-                    "constant-output", f"{shape.name}: every element is {float(got.flatten()[0])}"
-                )
-            )
-            return "constant-output"
+            return reason(
+                "constant-output", f"{where}: every element is {float(got.flatten()[0])}"
+            ), None
+        tol = task.tolerance(dtype_name)
         err = float(
             torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300)
         )
         worst = max(worst, err)
         if err > tol:
-            runner.reasons.append(
-                reason(
-                    "mismatch",
-                    f"{shape.name}: relative error {err:.3g} > tolerance {tol:.3g} ({shape.dtype})",
-                )
-            )
-            return "mismatch"
-    runner.shapes.setdefault(shape.name, {})["rel_err"] = worst
-    return None
+            return reason(
+                "mismatch",
+                f"{where}: relative error {err:.3g} > tolerance {tol:.3g} ({dtype_name})",
+            ), None
+    return None, worst
 
 
 def _reference(task, inputs, torch) -> tuple:
@@ -251,8 +508,14 @@ def _call(runner: Runner, inputs: tuple):
     return runner.fn(*inputs, **runner.params)
 
 
-def _verify(task, shape, runner: Runner, device: str, seed: int, reason, torch) -> None:
-    inputs = task.make_inputs(shape, seed, device)
+def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
+    """None when `runner` is right on `shape` with inputs from `seed`; else the reason. With a
+    `cache` (peers only) the inputs and the reference are drawn and computed once per seed."""
+    torch, task, device = ctx.torch, ctx.task, ctx.device
+    if cache is not None and "inputs" in cache:
+        inputs = tuple(t.clone() for t in cache["inputs"])
+    else:
+        inputs = task.make_inputs(shape, seed, device)
     clones = tuple(t.clone() for t in inputs)
     try:
         if device == "cuda":
@@ -260,97 +523,296 @@ def _verify(task, shape, runner: Runner, device: str, seed: int, reason, torch) 
         outputs = _call(runner, inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-    except Exception as exc:
-        runner.reasons.append(_classify(exc, shape.name, reason, torch))
-        return
+    except BaseException as exc:
+        return _classify(exc, shape.name, ctx.reason)
     for got, want in zip(inputs, clones, strict=True):
         if not torch.equal(got, want):
-            runner.reasons.append(
-                reason("inputs-modified", f"{shape.name}: an input changed during the call")
-            )
-            return
-    refs = _reference(task, clones, torch)
-    _check_outputs(task, shape, outputs, refs, runner, reason, torch)
+            return ctx.reason("inputs-modified", f"{shape.name}: an input changed during the call")
+    if cache is not None:
+        if "refs" not in cache:
+            cache["inputs"] = clones
+            cache["refs"] = _reference(task, clones, torch)
+        refs = cache["refs"]
+    else:
+        refs = _reference(task, clones, torch)
+    why, worst = _check_outputs(ctx, shape, outputs, refs)
+    if why is None:
+        entry = runner.shapes.setdefault(shape.name, {})
+        entry["rel_err"] = max(worst, entry.get("rel_err") or 0.0)
+    return why
 
 
-def _classify(exc: BaseException, where: str, reason, torch):
+def _classify(exc: BaseException, where: str, reason):
     if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
         return reason("out-of-memory", f"{where}: {type(exc).__name__}: {exc}"[:500])
     return reason("crash", f"{where}: {type(exc).__name__}: {exc}"[:500])
 
 
-def _time_shape(task, shape, runners, device, secret, rule, timer, ceilings, reason, torch) -> None:
-    """Every runner reads the same input buffers (so no runner gains from where its inputs
-    landed), timed interleaved; afterwards new values go into those buffers and each
-    candidate's timed path runs once more and is checked again."""
-    from baselines import timer as timing
+# ---------------------------------------------------------------------------------------------
+# timing
 
-    live = [r for r in runners if r.ok]
-    inputs = task.make_inputs(shape, _mix(secret, shape.seed, 2), device)
+
+def _time_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> dict:
+    from baselines import roofline
+
+    _prepare_device(ctx)
+    timer, ceilings, reads = None, None, None  # measured before any candidate loads
+    if ctx.device == "cuda":
+        timer = ctx.timing.GpuTimer(ctx.device)
+        floor = ctx.request.get("floor") or {}
+        bandwidth = floor.get("copy_bytes_per_s") or roofline.device_copy_bandwidth(timer)
+        ceilings = roofline.Ceilings(bandwidth, floor.get("flops_per_s"))
+        if ctx.task.declares_read_write():
+            read_bw = floor.get("read_bytes_per_s") or roofline.device_read_bandwidth(timer)
+            reads = roofline.Ceilings(max(read_bw, bandwidth), floor.get("flops_per_s"))
+    runners = _load_runners(ctx, runners, chan)
+    rule = ctx.timing.StoppingRule(**ctx.request.get("rule", {}))
+    sampler = _telemetry_sampler(ctx) if ctx.device == "cuda" else None
+    with sampler or contextlib.nullcontext():
+        for shape in ctx.shapes:
+            live = [
+                r
+                for r in runners
+                if r.ok and not r.dropped(shape.name) and (r.label, shape.name) not in excluded
+            ]
+            if live:
+                _time_shape(ctx, shape, live, rule, timer, (ceilings, reads), chan, sampler)
+    _tamper_check(ctx, runners)
+    extra = None
+    if ceilings is not None:
+        extra = {**ceilings.__dict__, "read_bytes_per_s": reads.copy_bytes_per_s if reads else None}
+    return {**_wire(runners), "extra": extra}
+
+
+def _telemetry_sampler(ctx: Context):
+    """An NVML sampler for the GPU being timed, or None where NVML or the device is missing
+    (telemetry only reports; its absence never stops a measurement)."""
+    try:
+        from baselines.telemetry import TelemetrySampler, nvml_index_for
+        from host_tuning.nvml import open_nvml
+
+        backend = open_nvml()
+        if backend is None:
+            return None
+        props = ctx.torch.cuda.get_device_properties(ctx.torch.cuda.current_device())
+        uuid = str(getattr(props, "uuid", "") or "") or None
+        bus = None
+        if hasattr(props, "pci_bus_id"):
+            domain = getattr(props, "pci_domain_id", 0)
+            bus = f"{domain:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        index = nvml_index_for(backend, uuid, bus)
+        return None if index is None else TelemetrySampler(backend, index)
+    except Exception:
+        return None
+
+
+def _floor_s(task, shape, ceilings: tuple) -> float:
+    """Bytes at copy bandwidth; for a task that declares reads and writes apart, all of its bytes
+    at the higher of read and copy bandwidth (a read-mostly kernel can beat copy bandwidth)."""
+    copy, reads = ceilings
+    if copy is None:
+        return 0.0
+    if reads is not None:
+        read, written = task.bytes_read_written(shape)
+        return reads.floor_s(read + written, task.flops(shape))
+    return copy.floor_s(task.bytes_moved(shape), task.flops(shape))
+
+
+def _value_sets(ctx: Context, shape, count: int, salt: int) -> list[tuple]:
+    return [
+        ctx.task.make_inputs(shape, _mix(ctx.secret, shape.seed, salt + i), ctx.device)
+        for i in range(count)
+    ]
+
+
+def _time_shape(
+    ctx: Context, shape, live: list[Runner], rule, timer, ceilings, chan, sampler=None
+) -> None:
+    """Every runner reads the same input buffers (so no runner gains from where its inputs
+    landed), timed interleaved; new values go into those buffers between samples (CPU) or
+    blocks (GPU), outside the timed region. Afterwards each candidate's timed path runs again on
+    perturbed and on new values in those buffers and is checked again."""
+    torch, timing, device = ctx.torch, ctx.timing, ctx.device
+    pool = _value_sets(ctx, shape, CPU_ROTATION if device == "cpu" else GPU_ROTATION, 2)
+    inputs = tuple(t.clone() for t in pool[0])
+    turn = [0]
+
+    def rotate() -> None:
+        turn[0] += 1
+        for buf, new in zip(inputs, pool[turn[0] % len(pool)], strict=True):
+            buf.copy_(new)
+
     bound = []  # (runner, block(n) -> samples, replay() -> outputs of the timed path)
     for runner in live:
+        chan.mark(runner.label, shape.name)
         try:
             if device == "cuda":
                 graph, out = timer.capture(lambda r=runner: _call(r, inputs))
-                block = lambda n, g=graph: timer.block(g, n)  # noqa: E731
-                replay = lambda g=graph, o=out: (g.replay(), torch.cuda.synchronize(), o)[2]  # noqa: E731
+
+                def block(n, g=graph):
+                    rotate()
+                    return timer.block(g, n)
+
+                def replay(g=graph, o=out):
+                    g.replay()
+                    torch.cuda.synchronize()
+                    return o
+
             else:
-                call = lambda r=runner: _call(r, inputs)  # noqa: E731
-                block = lambda n, c=call: timing.cpu_block(c, n)  # noqa: E731
-                replay = call
+
+                def block(n, r=runner):
+                    samples = []
+                    for _ in range(n):
+                        rotate()
+                        samples += timing.cpu_block(lambda: _call(r, inputs), 1)
+                    return samples
+
+                def replay(r=runner):
+                    return _call(r, inputs)
+
         except timing.CaptureError as exc:
-            runner.reasons.append(reason("graph-capture-failed", f"{shape.name}: {exc}"[:500]))
+            runner.drop(
+                shape.name, ctx.reason("graph-capture-failed", f"{shape.name}: {exc}"[:500])
+            )
             continue
-        except Exception as exc:
-            runner.reasons.append(_classify(exc, shape.name, reason, torch))
+        except BaseException as exc:
+            runner.drop(shape.name, _classify(exc, shape.name, ctx.reason))
             continue
-        bound.append((runner, block, replay))
+        bound.append((runner, _marked(chan, runner.label, shape.name, block, len(bound)), replay))
     if not bound:
         return
-    try:
-        medians = timing.run_interleaved([b[1] for b in bound], rule)
-    except Exception as exc:
-        for runner, *_ in bound:
-            runner.reasons.append(_classify(exc, shape.name, reason, torch))
-        return
-    floor = ceilings.floor_s(task.bytes_moved(shape), task.flops(shape)) if ceilings else 0.0
-    fresh = task.make_inputs(shape, _mix(secret, shape.seed, 99), device)
-    for buf, new in zip(inputs, fresh, strict=True):
-        buf.copy_(new)
-    refs = None
-    for (runner, _, replay), blocks in zip(bound, medians, strict=True):
+    while True:
+        log: list = []
+        hook = None
+        if sampler is not None:
+            from baselines.telemetry import clean_block_hook
+
+            hook = clean_block_hook(sampler, log, label=shape.name)
+        try:
+            medians = timing.run_interleaved([b[1] for b in bound], rule, on_block=hook)
+            break
+        except _BlockFailed as failed:  # that runner is out; the others are timed again
+            runner = bound.pop(failed.index)[0]
+            runner.drop(shape.name, _classify(failed.error, shape.name, ctx.reason))
+            if not bound:
+                return
+            bound = [
+                (r, _marked(chan, r.label, shape.name, b.inner, i), p)
+                for i, (r, b, p) in enumerate(bound)
+            ]
+    pool.clear()  # free the value sets before the re-verification draws its own
+    floor = _floor_s(ctx.task, shape, ceilings)
+    checked = []
+    for i, ((runner, _, replay), blocks) in enumerate(zip(bound, medians, strict=True)):
         entry = runner.shapes.setdefault(shape.name, {})
         entry.update(
             blocks_s=blocks,
             n_samples=len(blocks) * rule.samples_per_block,
             method="cuda-graph" if device == "cuda" else "host-clock",
         )
+        if sampler is not None:
+            from baselines.telemetry import summarize_records
+
+            entry["telemetry"] = summarize_records([r for r in log if r.runner == i])
         if runner.kind != "candidate":
             continue
         if min(blocks) < floor:
             runner.reasons.append(
-                reason(
+                ctx.reason(
                     "faster-than-physics",
-                    f"{shape.name}: {min(blocks) * 1e6:.2f} us is under the floor of {floor * 1e6:.2f} us",
+                    f"{shape.name}: {min(blocks) * 1e6:.2f} us is under the floor of "
+                    f"{floor * 1e6:.2f} us",
                 )
             )
             continue
-        refs = refs if refs is not None else _reference(task, fresh, torch)
-        _reverify(shape, runner, replay, refs, task, reason, torch)
+        checked.append((runner, replay))
+    if checked:
+        _reverify(ctx, shape, inputs, checked, chan)
 
 
-def _reverify(shape, runner, replay, refs, task, reason, torch) -> None:
-    """One more call of the timed path on the new values, compared with the reference."""
-    try:
-        outputs = replay()
-    except Exception as exc:
-        runner.reasons.append(_classify(exc, shape.name, reason, torch))
-        return
-    probe = Runner(runner.label, runner.kind, runner.fn)
-    if _check_outputs(task, shape, outputs, refs, probe, reason, torch):
-        runner.reasons.append(
-            reason("reverify-mismatch", f"after timing: {probe.reasons[0].message}")
-        )
+class _BlockFailed(Exception):
+    """A runner's block raised: which runner, and what."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.error = error
+
+
+def _marked(chan: Channel, label: str, shape: str, block, index: int):
+    """`block` with a progress mark before it, and its failure tagged with the runner's index."""
+
+    def run(n: int) -> list[float]:
+        chan.mark(label, shape)
+        try:
+            return block(n)
+        except BaseException as exc:
+            raise _BlockFailed(index, exc) from exc
+
+    run.inner = block
+    return run
+
+
+def _perturbed(ctx: Context, shape, current: tuple, fraction: float, salt: int) -> tuple:
+    """`current` with about `fraction` of each floating input's elements (at least one of the
+    first) replaced by values from a fresh draw: a cache keyed on a few sampled values hits
+    while the answer has changed."""
+    torch = ctx.torch
+    fresh = _value_sets(ctx, shape, 1, salt)[0]
+    gen = torch.Generator(device=ctx.device).manual_seed(_mix(ctx.secret, shape.seed, salt + 1))
+    out, forced = [], False
+    for cur, new in zip(current, fresh, strict=True):
+        if not cur.is_floating_point() or cur.numel() == 0:
+            out.append(cur.clone())
+            continue
+        mask = torch.rand(cur.shape, generator=gen, device=cur.device) < fraction
+        if not forced:
+            flat = mask.view(-1)
+            pick = torch.randint(0, flat.numel(), (1,), generator=gen, device=cur.device)
+            flat[pick] = True
+            forced = True
+        out.append(torch.where(mask, new, cur))
+    return tuple(out)
+
+
+def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) -> None:
+    """The timed path of each candidate once more, first on the last timed values with a few
+    elements changed, then on wholly new values, all in the same buffers; every candidate's
+    output is final before the reference of those values is computed."""
+    torch = ctx.torch
+    rounds = [("perturbed", f) for f in PERTURB_FRACTIONS] + [("new", None)]
+    for i, (kind, fraction) in enumerate(rounds):
+        salt = 99 + 2 * i
+        if kind == "new":
+            values = _value_sets(ctx, shape, 1, salt)[0]
+        else:
+            values = _perturbed(ctx, shape, inputs, fraction, salt)
+        for buf, new in zip(inputs, values, strict=True):
+            buf.copy_(new)
+        del values
+        outputs = []
+        for runner, replay in checked:
+            if not runner.ok:
+                outputs.append(None)
+                continue
+            chan.mark(runner.label, shape.name)
+            try:
+                outputs.append(tuple(t.clone() for t in _as_tuple(replay())))
+            except BaseException as exc:
+                runner.reasons.append(_classify(exc, shape.name, ctx.reason))
+                outputs.append(None)
+        if all(o is None for o in outputs):
+            return
+        refs = _reference(ctx.task, inputs, torch)
+        for (runner, _), got in zip(checked, outputs, strict=True):
+            if got is None or not runner.ok:
+                continue
+            why, _ = _check_outputs(ctx, shape, got, refs)
+            if why is not None:
+                runner.reasons.append(
+                    ctx.reason("reverify-mismatch", f"after timing, {kind} values: {why.message}")
+                )
+        del refs, outputs
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from appliance.output import (
     UsageFailure,
     console,
     emit_json,
+    ensure_writable_dir,
 )
 
 
@@ -52,6 +53,39 @@ def host_profiles(as_json: bool) -> None:
         console.print(render_profiles_table(profiles))
 
 
+SIMULATE = click.option(
+    "--simulate",
+    metavar="FIXTURE",
+    default=None,
+    help="Use a simulated GPU built from recorded facts (h200, rtx4090) and a copy of the CPU "
+    "frequency files under --sim-dir: the apply/restore path without changing this machine.",
+)
+SIM_DIR = click.option(
+    "--sim-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".autotune/simulated"),
+    show_default=True,
+    help="Where --simulate keeps the simulated device's state and CPU files.",
+)
+
+
+def _backend(simulate: str | None, sim_dir: Path, writable: bool, fresh_cpu: bool):
+    """The NVML backend and CPU sysfs root to act on: the real ones, or the simulated pair."""
+    from host_tuning.fact import REAL_ROOT
+    from host_tuning.nvml import probe_nvml
+
+    if simulate is None:
+        return probe_nvml(writable=writable).backend, REAL_ROOT
+    from appliance.tuned_host import resolve_fixture, simulated_cpu_root
+    from host_tuning.apply import PersistentSimulatedNvml
+
+    ensure_writable_dir(sim_dir, "--sim-dir")
+    cpu = sim_dir / "host"
+    cpu_root = simulated_cpu_root(cpu) if fresh_cpu or not cpu.exists() else cpu
+    backend = PersistentSimulatedNvml(resolve_fixture(simulate), sim_dir / "nvml-state.jsonl")
+    return backend, cpu_root
+
+
 @host.command("apply", epilog=EXIT_CODES_HELP)
 @click.argument("profile")
 @click.option(
@@ -61,8 +95,17 @@ def host_profiles(as_json: bool) -> None:
     help="Really change the host (root); without it, a dry run.",
 )
 @JOURNAL
+@SIMULATE
+@SIM_DIR
 @JSON
-def host_apply(profile: str, do_apply: bool, journal: Path | None, as_json: bool) -> None:
+def host_apply(
+    profile: str,
+    do_apply: bool,
+    journal: Path | None,
+    simulate: str | None,
+    sim_dir: Path,
+    as_json: bool,
+) -> None:
     """Plan PROFILE (a shipped name or a .json file) and print the diff; --apply performs it.
 
     Every change is journaled before it is made and read back after; `autotune host restore`
@@ -70,18 +113,19 @@ def host_apply(profile: str, do_apply: bool, journal: Path | None, as_json: bool
     """
     from host_tuning.apply import USER_ERRORS, apply_profile, render_plan_table
     from host_tuning.journal import default_journal_path
-    from host_tuning.nvml import probe_nvml
     from host_tuning.profiles import ProfileError, load_profile, plan
 
     try:
         chosen = load_profile(profile)
     except ProfileError as exc:
         raise UsageFailure(str(exc)) from exc
-    backend = probe_nvml(writable=do_apply).backend
+    backend, cpu_root = _backend(simulate, sim_dir, writable=do_apply, fresh_cpu=True)
     try:
-        changes = plan(chosen, backend, None)
+        changes = plan(chosen, backend, None, cpu_root=cpu_root)
         result = (
-            apply_profile(chosen, backend, journal or default_journal_path(), index=None)
+            apply_profile(
+                chosen, backend, journal or default_journal_path(), index=None, cpu_root=cpu_root
+            )
             if do_apply
             else None
         )
@@ -94,7 +138,7 @@ def host_apply(profile: str, do_apply: bool, journal: Path | None, as_json: bool
                 "profile": chosen.name,
                 "applied": do_apply,
                 "changes": [c.to_dict() for c in changes],
-                "journal": str(result.journal_path) if result else None,
+                "journal": str(result.journal) if result else None,
             }
         )
         return
@@ -102,22 +146,27 @@ def host_apply(profile: str, do_apply: bool, journal: Path | None, as_json: bool
     if result is None:
         console.print("dry run: nothing changed (add --apply, as root, to perform it)")
     else:
-        console.print(f"applied; undo with: autotune host restore --journal {result.journal_path}")
+        sim = f" --simulate {simulate} --sim-dir {sim_dir}" if simulate else ""
+        console.print(f"applied; undo with: autotune host restore --journal {result.journal}{sim}")
 
 
 @host.command("restore", epilog=EXIT_CODES_HELP)
 @JOURNAL
 @click.option("--force", is_flag=True, help="Restore even while the process that applied is alive.")
+@SIMULATE
+@SIM_DIR
 @JSON
-def host_restore(journal: Path | None, force: bool, as_json: bool) -> None:
+def host_restore(
+    journal: Path | None, force: bool, simulate: str | None, sim_dir: Path, as_json: bool
+) -> None:
     """Undo the changes an open journal holds, last first (after a crash or a kill)."""
     from host_tuning.apply import USER_ERRORS, restore_journal
     from host_tuning.journal import default_journal_path
-    from host_tuning.nvml import probe_nvml
 
     path = journal or default_journal_path()
     try:
-        result = restore_journal(path, probe_nvml(writable=True).backend, force=force)
+        backend, _ = _backend(simulate, sim_dir, writable=True, fresh_cpu=False)
+        result = restore_journal(path, backend, force=force)
     except USER_ERRORS as exc:
         console.print(f"[red]not restored[/red]: {exc}")
         raise SystemExit(getattr(exc, "exit_code", EXIT_REJECTED)) from exc

@@ -1,4 +1,5 @@
-"""`autotune run`: the whole pipeline (host check, profile plan, baselines, loop, report)."""
+"""`autotune run`: the whole pipeline (host check, profile plan, baselines, loop, report); with
+--apply the profile is applied for interleaved tuned blocks and the report holds the gains."""
 
 from __future__ import annotations
 
@@ -45,7 +46,32 @@ from appliance.output import (
     help="Experiment store URL [default: sqlite file in the run directory].",
 )
 @click.option(
-    "--profile", default="stable", show_default=True, help="Host profile to plan (dry run)."
+    "--profile",
+    default="stable",
+    show_default=True,
+    help="Host profile to plan (a dry run unless --apply).",
+)
+@click.option(
+    "--apply",
+    "do_apply",
+    is_flag=True,
+    help="Apply the profile (root and the NVIDIA driver, or --simulate) for the gains stage: "
+    "stock and tuned host interleaved, restored after each tuned block and on exit, error, "
+    "SIGINT or SIGTERM.",
+)
+@click.option(
+    "--simulate",
+    metavar="FIXTURE",
+    default=None,
+    help="With --apply: apply the profile to a simulated NVML device (h200, rtx4090, or a "
+    "fixture file) instead of the GPU; nothing on the host changes.",
+)
+@click.option(
+    "--gain-rounds",
+    type=click.IntRange(1),
+    default=None,
+    help="Host-state rounds (stock, tuned) of the gains stage [default: 2 on CPU or --quick, "
+    "else 3].",
 )
 @click.option(
     "--quick", is_flag=True, help="Fewer timing blocks per decision and a quick baseline suite."
@@ -63,13 +89,20 @@ def run(
     trials: int | None,
     store_url: str | None,
     profile: str,
+    do_apply: bool,
+    simulate: str | None,
+    gain_rounds: int | None,
     quick: bool,
     keep_ids: bool,
     device: str,
     as_json: bool,
 ) -> None:
-    """Run the whole pipeline: host check, profile plan (dry run), baselines, loop, report."""
+    """Run the whole pipeline: host check, profile plan (dry run), baselines, loop, report.
+
+    With --apply: pre-flight, then after the loop the gains stage (hardware, kernel and end-to-end
+    gains, each one interleaved measurement), the profile restored afterwards."""
     from appliance.pipeline import PipelineConfig, run_pipeline
+    from host_tuning.apply import ApplyInterrupted
 
     cfg = PipelineConfig(
         out_dir=out_dir,
@@ -80,20 +113,52 @@ def run(
         device=device,
         quick=quick,
         keep_ids=keep_ids,
+        apply=do_apply,
+        simulate=simulate,
+        gain_rounds=gain_rounds,
     )
-    result = run_pipeline(cfg, quiet=as_json)
+    try:
+        result = run_pipeline(cfg, quiet=as_json)
+    except ApplyInterrupted as exc:
+        click.echo(f"interrupted: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
     if as_json:
-        emit_json(
-            {
-                "report": str(result.report_json),
-                "markdown": str(result.report_md),
-                "html": str(result.report_md.with_suffix(".html")),
-                "valid": not result.errors,
-                "errors": result.errors,
-            }
-        )
+        summary = {
+            "report": str(result.report_json),
+            "markdown": str(result.report_md),
+            "html": str(result.report_md.with_suffix(".html")),
+            "valid": not result.errors,
+            "errors": result.errors,
+        }
+        if do_apply:
+            summary |= _applied_summary(result.report)
+        emit_json(summary)
     else:
         html = result.report_md.with_suffix(".html")
         click.echo(f"report: {result.report_json}\nmarkdown: {result.report_md}\nhtml: {html}")
-    if result.errors:
+    if result.restored is False:
+        journal = result.report["profile"].get("journal")
+        click.echo(
+            f"error: the profile was NOT fully restored; see the journal {journal}", err=True
+        )
+    if result.errors or result.restored is False:
         raise SystemExit(EXIT_REJECTED)
+
+
+def _applied_summary(report: dict) -> dict:
+    """What --json adds with --apply: the profile's state and the headline gains."""
+    profile = report["profile"]
+    gains = report.get("gains") or {}
+    e2e = gains.get("end_to_end") or {}
+    return {
+        "profile": {k: profile.get(k) for k in ("name", "mode", "restored", "journal", "nvml")},
+        "gains": {
+            "hardware": _ratio(gains.get("hardware")),
+            "kernel": _ratio(gains.get("kernel")),
+            "end_to_end": _ratio(e2e.get("combined")),
+        },
+    }
+
+
+def _ratio(gain: dict | None) -> dict | None:
+    return None if not gain else {k: gain[k] for k in ("ratio", "ci_low", "ci_high")}

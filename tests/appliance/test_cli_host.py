@@ -43,3 +43,25 @@ def test_restore_without_a_journal_has_nothing_to_do(tmp_path: Path) -> None:
     result = autotune("host", "restore", "--journal", str(tmp_path / "journal.jsonl"), "--json")
     assert result.returncode == 0, result.stderr
     assert "nothing to restore" in json.loads(result.stdout)["note"]
+
+
+def test_apply_then_restore_on_a_simulated_h200_from_the_command_line(tmp_path: Path) -> None:
+    from host_tuning.apply import PersistentSimulatedNvml
+
+    sim, journal = tmp_path / "sim", tmp_path / "journal.json"
+    common = ["--simulate", "h200", "--sim-dir", str(sim), "--journal", str(journal), "--json"]
+    applied = autotune("host", "apply", "stable", "--apply", *common)
+    assert applied.returncode == 0, applied.stderr
+    data = json.loads(applied.stdout)
+    assert data["applied"] is True and data["journal"] == str(journal)
+    device = PersistentSimulatedNvml("h200-passthrough-vm", sim / "nvml-state.jsonl")
+    locked = device.locked_clocks(0)
+    assert locked, "the stable profile locks clocks"
+
+    again = autotune("host", "apply", "stable", "--apply", *common)
+    assert again.returncode == 1 and "restore" in again.stderr
+
+    restored = autotune("host", "restore", *common[:-1], "--json")
+    assert restored.returncode == 0, restored.stderr
+    device = PersistentSimulatedNvml("h200-passthrough-vm", sim / "nvml-state.jsonl")
+    assert not any(device.locked_clocks(0).values())

@@ -61,7 +61,7 @@ def test_a_hang_is_a_timeout_for_that_candidate_only(task) -> None:
         [CandidateSpec(HERE / "hangs.py", {}, "hangs")],
         "cpu",
         shapes=SHAPES,
-        limits=Limits(timeout_s=15),
+        limits=Limits(timeout_s=6),
     )
     assert codes(ev.by_label("hangs")) == {"timeout"}
     after = evaluate(task, [CandidateSpec(task.folder / "torch_rmsnorm.py")], "cpu", shapes=SHAPES)

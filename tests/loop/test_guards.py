@@ -90,3 +90,28 @@ def test_syntax_error_names_the_line() -> None:
     report = check_source("def kernel(:\n", "cand.py")
     assert [r.code for r in report.reasons] == ["syntax-error"]
     assert "cand.py:1" in report.reasons[0].message
+
+
+def test_the_matmul_operator_is_a_matmul_call() -> None:
+    ops = ("matmul", "mm")
+    assert "calls-reference" in codes(HEADER + "def kernel(x, w):\n    return x @ w\n", ops)
+    assert "calls-reference" in codes(HEADER + "def kernel(x, w):\n    x @= w\n    return x\n", ops)
+    assert "calls-reference" not in codes(HEADER + "def kernel(x, w):\n    return x @ w\n")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "import cupy\ncupy.cuda.runtime.deviceSetLimit(6, 1 << 20)",
+        "import cupy as cp\ncp.cuda.driver.ctxSynchronize()",
+        "from cupy.cuda import runtime",
+        "from cupy.cuda.runtime import streamSetAttribute",
+    ],
+)
+def test_cupy_raw_cuda_bindings_are_banned(line: str) -> None:
+    assert "forbidden-call" in codes(HEADER + line + "\ndef kernel(x):\n    return x\n")
+
+
+def test_triton_runtime_is_allowed() -> None:
+    src = "import triton\nLANGUAGE = 'torch'\nN = triton.runtime.driver\ndef kernel(x):\n    return x\n"
+    assert "forbidden-call" not in codes(src)

@@ -3,8 +3,9 @@ candidates that really try the trick against RMSNorm go through the public evalu
 rejected with the reason code that names the trick.
 
 Tricks the evaluator does not yet catch are strict xfails whose reason starts with "HOLE:"; once
-the evaluator closes a hole, its xfail turns into a failure and the marker must go.
-Candidates are batched into few evaluations, since each one starts a worker process.
+the evaluator closes a hole, its xfail turns into a failure and the marker must go (none left).
+Candidates are batched into few evaluations, since each one starts a worker process; inside it
+each candidate is verified in its own child, so one that kills its process costs only itself.
 """
 
 from __future__ import annotations
@@ -65,6 +66,17 @@ VERIFIED = {
 TIMED = {
     "6-cache-by-pointer": ("caches_by_pointer.py", {"reverify-mismatch"}),
     "7-cut-corners-later": ("cuts_corners_later.py", {"reverify-mismatch"}),
+    "6-cache-by-fingerprint": ("caches_by_fingerprint.py", {"reverify-mismatch"}),
+    "6-cache-by-row-fingerprint": ("caches_by_fingerprint_wide.py", {"reverify-mismatch"}),
+}
+
+# Each kills or stalls its own process at run time, past every static check (entry 18).
+DEADLY = {
+    "18-segfault": ("segfaults.py", {"crash"}),
+    "18-system-exit": ("raises_system_exit.py", {"crash"}),
+    "18-hang": ("spins.py", {"timeout"}),
+    "18-segfault-when-timed": ("segfaults_when_timed.py", {"crash"}),
+    "18-raise-when-timed": ("raises_when_timed.py", {"crash"}),
 }
 
 
@@ -97,10 +109,9 @@ def verified_ev(task):
 
 @pytest.fixture(scope="module")
 def timed_ev(task):
-    table = {**TIMED, "6-cache-by-fingerprint": ("caches_by_fingerprint.py", None)}
     return evaluate(
         task,
-        [*specs(table), honest(task)],
+        [*specs(TIMED), honest(task)],
         "cpu",
         time_it=True,
         shapes=TIMED_SHAPES,
@@ -162,13 +173,32 @@ def test_exit_through_torch_os_is_banned_statically(task) -> None:
     assert ev.by_label(HONEST).accepted, ev.by_label(HONEST).reasons
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a cache keyed on address plus a few sampled values hits during timing on the "
-    "CPU (same buffers, same values every call) and misses on re-verification",
-)
 def test_fingerprint_cache_is_rejected(timed_ev) -> None:
-    assert not timed_ev.by_label("6-cache-by-fingerprint").accepted
+    """Timing rotates values in the same buffers, and re-verification first changes only a few
+    elements of the last timed values: a cache keyed on sampled values hits and is stale."""
+    for entry in ("6-cache-by-fingerprint", "6-cache-by-row-fingerprint"):
+        assert codes(timed_ev.by_label(entry)) == {"reverify-mismatch"}
+
+
+def test_deaths_cost_only_the_candidate_that_died(task) -> None:
+    """Segfault, SystemExit, hang (in verification) and a segfault in the shared timing process:
+    each rejects its own candidate; the honest one and the peer are verified and timed."""
+    ev = evaluate(
+        task,
+        [*specs(DEADLY), honest(task)],
+        "cpu",
+        time_it=True,
+        peers=["eager"],
+        shapes=TIMED_SHAPES,
+        rule=QUICK_RULE,
+        limits=Limits(timeout_s=10),
+    )
+    for entry, (_, expected) in DEADLY.items():
+        assert codes(ev.by_label(entry)) == expected, (entry, ev.by_label(entry).reasons)
+    for label in (HONEST, "eager"):
+        verdict = ev.by_label(label)
+        assert verdict.accepted, verdict.reasons
+        assert verdict.shapes[TIMED_SHAPES[0]].blocks_s
 
 
 def test_patching_the_bound_timer_is_caught(task) -> None:

@@ -1,0 +1,8 @@
+"""Entry 18: hang the worker."""
+
+LANGUAGE = "torch"
+
+
+def kernel(x, weight):
+    while True:
+        x = x + 0
