@@ -65,6 +65,17 @@ def _stage(title: str, quiet: bool) -> None:
 
 
 def run_pipeline(cfg: PipelineConfig, quiet: bool = False) -> PipelineResult:
+    """The whole run; what it prints is also kept in `out_dir/run.log`, crash or not."""
+    ensure_writable_dir(cfg.out_dir, "--out")
+    console.record = True
+    try:
+        return _run_pipeline(cfg, quiet)
+    finally:
+        (cfg.out_dir / "run.log").write_text(console.export_text(clear=True))
+        console.record = False
+
+
+def _run_pipeline(cfg: PipelineConfig, quiet: bool) -> PipelineResult:
     from appliance.fingerprint import collect_fingerprint
     from appliance.report import render_html, render_markdown, validate_report
     from appliance.report.build import proposals_from_tasks

@@ -51,6 +51,7 @@ def check_dry_run_report(out: Path, summary: dict) -> dict:
     html = (out / "report.html").read_text()
     assert "<svg" in html and "rmsnorm" in html
     assert (out / "results.tsv").exists() and (out / "dispatch-rmsnorm.json").exists()
+    assert (out / "run.log").exists() and (out / "experiments.sqlite3").exists()
     return report
 
 
