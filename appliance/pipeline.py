@@ -124,10 +124,13 @@ def _run_pipeline(cfg: PipelineConfig, quiet: bool) -> PipelineResult:
         _print_changes([c.to_dict() for c in planned], quiet)
         _print_preflight(tuned, quiet)
 
+    telemetry = start_run_telemetry(device)
     _stage(f"3/{total} baselines", quiet)
+    _label(telemetry, "baselines")
     baselines = baseline_section(device, quiet, quick=cfg.quick or device == "cpu")
 
     _stage(f"4/{total} loop", quiet)
+    _label(telemetry, "loop")
     task_sections, noise, loop_info = [], None, []
     trials = cfg.trials or DEFAULT_TRIALS[device]
     for task in tasks:
@@ -141,9 +144,12 @@ def _run_pipeline(cfg: PipelineConfig, quiet: bool) -> PipelineResult:
     gains = None
     if tuned is not None:
         _stage(f"5/{total} gains: stock and tuned host, interleaved", quiet)
+        _label(telemetry, "gains")
         gains = gains_section(tuned, planned, tasks, task_sections, loop_info, device, cfg, quiet)
         profile = _restored_profile(tuned, planned, quiet)
 
+    if telemetry is not None:
+        telemetry.__exit__(None, None, None)
     _stage(f"{total}/{total} report", quiet)
     report = {
         "schema_version": "2",
@@ -171,6 +177,8 @@ def _run_pipeline(cfg: PipelineConfig, quiet: bool) -> PipelineResult:
     }
     if gains is not None:
         report["gains"] = gains
+    if telemetry is not None:
+        report["telemetry"] = telemetry.to_dict()
     errors = [str(e) for e in validate_report(report)]
     report_json = cfg.out_dir / "report.json"
     report_md = cfg.out_dir / "report.md"
@@ -185,6 +193,33 @@ def _run_pipeline(cfg: PipelineConfig, quiet: bool) -> PipelineResult:
         for e in errors[:10]:
             console.print(f"    {e}")
     return PipelineResult(report_json, report_md, errors, report)
+
+
+def start_run_telemetry(device: str):
+    """NVML telemetry over the measuring stages of a GPU run (None on the CPU, or when NVML
+    cannot be read: the report then says the plot was not measured)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    from baselines.run_telemetry import RunTelemetry
+    from baselines.suite import _nvml_index
+    from host_tuning.nvml import probe_nvml
+
+    backend = probe_nvml().backend
+    if backend is None:
+        return None
+    try:
+        index = _nvml_index(backend, torch.device("cuda", torch.cuda.current_device()))
+        return None if index is None else RunTelemetry(backend, index).__enter__()
+    except Exception as exc:  # telemetry is a record, never a reason to stop the run
+        console.print(f"  no run telemetry: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _label(telemetry, stage: str) -> None:
+    if telemetry is not None:
+        telemetry.label = stage
 
 
 def reproduce_command(cfg: PipelineConfig, device: str) -> str:
@@ -482,7 +517,11 @@ def loop_section(
         "min_effect": cfg_loop.min_effect,
         "decisions": 1,
         "task": task.name,
+        "ratio": n["ratio"],
     }
+    if n.get("block_ratios"):
+        noise["samples"] = n["block_ratios"]
+        noise["sample_unit"] = "block"
     info = {
         "task": task.name,
         "store": result.store_url,

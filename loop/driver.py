@@ -171,6 +171,8 @@ def calibrate(cfg: LoopConfig, path: Path, params: dict) -> dict:
         "ci_high": interval.ci_high,
         "noise_floor": max(interval.ci_high - 1.0, 1.0 - interval.ci_low, 0.0),
         "seconds": ev.seconds,
+        # Every interleaved block pair's A/B ratio: the noise distribution the report plots.
+        "block_ratios": [a / b for xs, ys in pairs for a, b in zip(xs, ys, strict=False) if b > 0],
         "shapes": _medians(ev.by_label("A")),
         "best_peer": best_peer,
         "ceilings": ev.ceilings,

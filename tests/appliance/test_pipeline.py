@@ -52,6 +52,9 @@ def check_dry_run_report(out: Path, summary: dict) -> dict:
     assert "<svg" in html and "rmsnorm" in html
     assert (out / "results.tsv").exists() and (out / "dispatch-rmsnorm.json").exists()
     assert (out / "run.log").exists() and (out / "experiments.sqlite3").exists()
+    noise = report["noise"]
+    assert noise["sample_unit"] == "block" and len(noise["samples"]) >= len(task["shapes"])
+    assert 'class="plot drawn" id="plot-noise"' in html
     return report
 
 
