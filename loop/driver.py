@@ -661,11 +661,25 @@ def final_comparison(cfg: LoopConfig, params: dict, path: Path | None = None) ->
 
 def _timing(result) -> dict:
     s = summarize(result.blocks_s)
-    return {
+    timing = {
         "median_s": s.median,
         "ci_low_s": s.ci_low,
         "ci_high_s": s.ci_high,
         "n_blocks": s.n,
         "n_samples": max(result.n_samples, s.n),
         "method": result.method or "host-clock",
+    }
+    seen = getattr(result, "telemetry", None)
+    if seen:
+        timing["telemetry"] = telemetry_block(seen)
+    return timing
+
+
+def telemetry_block(seen: dict) -> dict:
+    """The report's per-timing telemetry from the worker's summary of its measured blocks."""
+    return {
+        "throttle_reasons": list(seen.get("reasons", [])),
+        "throttled_blocks": int(seen.get("thermal_slowdown_blocks", 0))
+        + int(seen.get("power_slowdown_blocks", 0)),
+        "remeasured_blocks": int(seen.get("remeasured_blocks", 0)),
     }

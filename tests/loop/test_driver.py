@@ -264,3 +264,32 @@ def test_two_processes_share_one_postgresql_study(tmp_path: Path, postgres_url: 
     last = max(reports, key=lambda r: r["incumbent_version"])
     assert last["incumbent_version"] == incumbent.version
     assert last["incumbent"]["params"] == incumbent.value["params"]
+
+
+def test_the_workers_block_telemetry_becomes_the_reports_timing_telemetry() -> None:
+    from jsonschema import Draft202012Validator
+
+    from appliance.report.schema import load_schema
+    from baselines.telemetry import BlockRecord, BlockTelemetry, summarize_records
+    from loop.driver import telemetry_block
+
+    def block(n: int, clock: int, reasons: list[str], clean: bool) -> BlockRecord:
+        seen = BlockTelemetry(
+            3, 0.01, clock, clock, 3201.0, 60, 500.0, reasons, False, bool(reasons)
+        )
+        return BlockRecord(0, n, seen, clean)
+
+    records = [
+        block(0, 1980, [], True),
+        block(1, 1500, ["sw_power_cap"], False),
+        block(1, 1980, [], True),
+    ]
+    got = telemetry_block(summarize_records(records))
+    assert got == {
+        "throttle_reasons": ["sw_power_cap"],
+        "throttled_blocks": 1,
+        "remeasured_blocks": 1,
+    }
+    schema = load_schema("2")
+    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/telemetry"})
+    assert list(validator.iter_errors(got)) == []
