@@ -1,8 +1,11 @@
-"""Test-wide settings: `gpu` tests skip where torch sees no CUDA device."""
+"""Test-wide settings: `gpu` tests skip where torch sees no CUDA device; a real PostgreSQL
+server (`postgres_url`) for the tests of stores shared by several processes or hosts."""
 
 from __future__ import annotations
 
 import pytest
+
+from tests.postgres_server import postgres_url  # noqa: F401  (a fixture)
 
 
 def _has_gpu() -> bool:

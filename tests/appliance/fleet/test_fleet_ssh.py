@@ -5,7 +5,6 @@ or too slow are reported while the others finish; unknown and changed host keys 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -284,13 +283,16 @@ def test_malformed_hosts_file_names_line_and_field(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.skipif(
-    os.environ.get("AUTOTUNE_FLEET_FULL_RUN") != "1",
-    reason="the whole pipeline on two hosts takes about a minute on 2 CPU cores; "
-    "set AUTOTUNE_FLEET_FULL_RUN=1 to run it",
-)
-def test_run_on_one_store_then_collect_reports(provisioned, fleet_files, tmp_path):
-    store = f"sqlite:///{tmp_path / 'study.sqlite3'}"
+def test_two_hosts_run_one_postgresql_study_then_collect(
+    provisioned, fleet_files, tmp_path, postgres_url
+):
+    """`fleet run --store URL`: both hosts' loops search one study on a real PostgreSQL server,
+    never the same configuration twice, within one trial budget; collect brings both back."""
+    import optuna
+
+    from tests.postgres_server import create_database
+
+    store = create_database(postgres_url, "fleet_study")
     code, data, _ = fleet(
         "run",
         *common(fleet_files, "a", "b"),
@@ -299,7 +301,7 @@ def test_run_on_one_store_then_collect_reports(provisioned, fleet_files, tmp_pat
         "--task",
         "rmsnorm",
         "--trials",
-        "2",
+        "4",
         "--quick",
         "--device",
         "cpu",
@@ -308,10 +310,17 @@ def test_run_on_one_store_then_collect_reports(provisioned, fleet_files, tmp_pat
     )
     assert code == 0, data["hosts"]
     assert all(h["data"]["valid"] for h in data["hosts"])
+    studies = optuna.get_all_study_summaries(storage=store)
+    assert len(studies) == 1
+    trials = optuna.load_study(study_name=studies[0].study_name, storage=store).get_trials()
+    finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert 0 < len(finished) <= 4
+    configs = [tuple(sorted(t.params.items())) for t in finished]
+    assert len(configs) == len(set(configs)), "a configuration was evaluated twice"
     out = tmp_path / "collected"
     code, collected, _ = fleet("collect", *common(fleet_files, "a", "b"), "--out", str(out))
     assert code == 0, collected["hosts"]
     for name in ("a", "b"):
         report = json.loads((out / name / "run" / "report.json").read_text())
-        assert report["loop"]["store"] == store
+        assert report["loop"]["store"].startswith("postgresql")
     assert json.loads((out / "fleet.json").read_text())["report"]["hosts"][0]["baselines"]

@@ -1,5 +1,6 @@
-"""A real PostgreSQL 15 server for the loop's store tests, started once per session in a temp
-dir on a unix socket. initdb refuses root, so as root the server runs as the `postgres` user."""
+"""A real PostgreSQL 15 server for the store and fleet tests, started once per session in a temp
+dir on a unix socket (the `postgres_url` fixture, registered in tests/conftest.py). initdb
+refuses root, so as root the server runs as the `postgres` user."""
 
 from __future__ import annotations
 
@@ -69,3 +70,18 @@ def postgres_url() -> Iterator[str]:
             capture_output=True,
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+def create_database(url: str, name: str) -> str:
+    """A new empty database on the server of `url`; returns its URL."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    query = parsed.query
+    with psycopg.connect(
+        host=query["host"], port=query["port"], user=parsed.username, dbname=parsed.database,
+        autocommit=True,
+    ) as conn:  # fmt: skip
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return parsed.set(database=name).render_as_string(hide_password=False)
