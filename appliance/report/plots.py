@@ -79,7 +79,9 @@ def speedup_plot(doc: dict) -> Plot:
     hi = max(max(r["ci_high"] for _, r, _ in rows), 1.0)
     height = MARGIN_TOP + ROW_H * len(rows) + MARGIN_BOTTOM
     bottom = height - MARGIN_BOTTOM
-    x = Scale(*padded(lo, hi), MARGIN_LEFT, WIDTH - MARGIN_RIGHT)
+    # Room for the longest "task shape" label (about 7 px a character at the chart's font size).
+    left = max(MARGIN_LEFT, 16 + 7 * max(len(label) for label, _, _ in rows))
+    x = Scale(*padded(lo, hi), left, WIDTH - MARGIN_RIGHT)
     parts = [svg_open(WIDTH, height, title, "chart speedup-chart")]
     parts.append(x_axis(x, bottom, "speedup (x)", MARGIN_TOP))
     one = x(1.0)
@@ -92,7 +94,7 @@ def speedup_plot(doc: dict) -> Plot:
         parts.append(
             f'<g class="speedup-point {kind}" data-shape="{esc(label)}" data-ratio="{r["ratio"]}">'
             f"<title>{esc(tip)}</title>"
-            f'<text class="row-label" x="{MARGIN_LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">'
+            f'<text class="row-label" x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">'
             f"{esc(label)}</text>"
             f'<line class="whisker" x1="{x(r["ci_low"]):.1f}" x2="{x(r["ci_high"]):.1f}" '
             f'y1="{y:.1f}" y2="{y:.1f}"/>'
