@@ -2,9 +2,9 @@
 ignore_index=-100): loss[r] = logsumexp(logits[r]) - logits[r, target[r]], and 0 where
 target[r] == -100. The loss is float32; the logits are read once.
 
-Inputs `(logits, targets)`: logits of shape (rows, vocab) in `logits_dtype` (bfloat16 on the GPU),
-targets int64 of shape (rows,). A shape's `dtype` is the dtype of the output (the harness checks
-every output against it and picks the tolerance by it), hence float32 with bfloat16 logits.
+Inputs `(logits, targets)`: logits of shape (rows, vocab) in the shape's `dtype` (bfloat16 on
+the GPU), targets int64 of shape (rows,). The output is float32 whatever the logits
+(`output_dtypes`), so the harness checks it, and picks its tolerance, as float32.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import torch
 
 IGNORE_INDEX = -100
 
-# Relative error norm ||loss - ref|| / ||ref|| against the float64 reference on the same logits.
+# Relative error norm ||loss - ref|| / ||ref|| against the float64 reference on the same logits,
+# picked by the output's dtype (float32 for every shape).
 TOLERANCE = {"bfloat16": 8e-3, "float16": 1.5e-3, "float32": 2e-5, "float64": 1e-12}
 
 _ROWS_GPU = {"decode": [1, 64, 256], "prefill": [2048, 8192]}
@@ -21,17 +22,14 @@ _ROWS_CPU = {"decode": [1, 5], "prefill": [33]}
 _WEIGHT = {"decode": 1.0, "prefill": 2.0}
 
 
-def _shapes(
-    rows_by_class: dict[str, list[int]], vocabs: list[int], logits_dtype: str
-) -> list[dict]:
+def _shapes(rows_by_class: dict[str, list[int]], vocabs: list[int], dtype: str) -> list[dict]:
     return [
         {
             "name": f"{cls}-{rows}x{vocab}",
             "class": cls,
             "rows": rows,
             "vocab": vocab,
-            "dtype": "float32",
-            "logits_dtype": logits_dtype,
+            "dtype": dtype,
             "weight": _WEIGHT[cls],
         }
         for vocab in vocabs
@@ -60,7 +58,7 @@ def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, torc
     logits[torch.arange(0, rows, 2, device=device), targets[::2]] += 6.0  # well predicted rows
     if rows > 1:
         targets[1::8] = IGNORE_INDEX
-    return logits.to(getattr(torch, shape["logits_dtype"])), targets
+    return logits.to(getattr(torch, shape["dtype"])), targets
 
 
 def reference(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -73,9 +71,24 @@ def reference(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, lse - picked, torch.zeros_like(lse))
 
 
+def output_dtypes(shape: dict) -> list[str]:
+    """The loss is float32 whatever the logits' dtype."""
+    return ["float32"]
+
+
+def bytes_read(shape: dict) -> int:
+    """The logits once, and the int64 targets."""
+    itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+    return itemsize * shape["rows"] * shape["vocab"] + 8 * shape["rows"]
+
+
+def bytes_written(shape: dict) -> int:
+    """One float32 loss a row."""
+    return 4 * shape["rows"]
+
+
 def bytes_moved(shape: dict) -> int:
-    itemsize = torch.empty((), dtype=getattr(torch, shape["logits_dtype"])).element_size()
-    return itemsize * shape["rows"] * shape["vocab"] + (8 + 4) * shape["rows"]
+    return bytes_read(shape) + bytes_written(shape)
 
 
 def flops(shape: dict) -> int:

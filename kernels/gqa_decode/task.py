@@ -81,10 +81,22 @@ def reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> 
     return out.reshape(b, hq, d)
 
 
-def bytes_moved(shape: dict) -> int:
-    itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+def _itemsize(shape: dict) -> int:
+    return torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+
+
+def bytes_read(shape: dict) -> int:
+    """The K and V caches once (not expanded to the query heads), and q."""
     b, hq, hkv, d, n = (shape[k] for k in ("batch", "q_heads", "kv_heads", "head_dim", "kv_len"))
-    return itemsize * (2 * b * hkv * n * d + 2 * b * hq * d)
+    return _itemsize(shape) * (2 * b * hkv * n * d + b * hq * d)
+
+
+def bytes_written(shape: dict) -> int:
+    return _itemsize(shape) * shape["batch"] * shape["q_heads"] * shape["head_dim"]
+
+
+def bytes_moved(shape: dict) -> int:
+    return bytes_read(shape) + bytes_written(shape)
 
 
 def flops(shape: dict) -> int:
@@ -151,6 +163,9 @@ if _has_enable_gqa():
     PEERS["sdpa-gqa"] = sdpa_gqa
 if _flash_attn_peer() is not None:
     PEERS["flash-attn"] = _flash_attn_peer()
+
+# flash-attn has CUDA kernels only.
+PEER_DEVICES = {"flash-attn": ["cuda"]}
 
 CANDIDATES = {
     "cuda": ["triton_gqa_decode.py", "torch_gqa_decode.py"],

@@ -76,10 +76,22 @@ def reference(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
     return torch.softmax(scores, dim=-1) @ ckv
 
 
-def bytes_moved(shape: dict) -> int:
-    itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+def _itemsize(shape: dict) -> int:
+    return torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+
+
+def bytes_read(shape: dict) -> int:
+    """The latent and rope caches once for all heads, and the queries."""
     b, h, r, p, n = (shape[k] for k in ("batch", "heads", "kv_lora_rank", "rope_dim", "kv_len"))
-    return itemsize * (b * n * (r + p) + b * h * (2 * r + p))
+    return _itemsize(shape) * (b * n * (r + p) + b * h * (r + p))
+
+
+def bytes_written(shape: dict) -> int:
+    return _itemsize(shape) * shape["batch"] * shape["heads"] * shape["kv_lora_rank"]
+
+
+def bytes_moved(shape: dict) -> int:
+    return bytes_read(shape) + bytes_written(shape)
 
 
 def flops(shape: dict) -> int:

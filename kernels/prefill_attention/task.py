@@ -112,10 +112,22 @@ def _attended(shape: dict) -> int:
     return q_len * offset + q_len * (q_len + 1) // 2
 
 
-def bytes_moved(shape: dict) -> int:
+def _per_token_bytes(shape: dict) -> int:
     itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
-    per_token = shape["batch"] * shape["heads"] * shape["head_dim"]
-    return itemsize * per_token * (2 * shape["q_len"] + 2 * shape["kv_len"])
+    return itemsize * shape["batch"] * shape["heads"] * shape["head_dim"]
+
+
+def bytes_read(shape: dict) -> int:
+    """q, k and v once (the least traffic; the work is compute-bound at these lengths)."""
+    return _per_token_bytes(shape) * (shape["q_len"] + 2 * shape["kv_len"])
+
+
+def bytes_written(shape: dict) -> int:
+    return _per_token_bytes(shape) * shape["q_len"]
+
+
+def bytes_moved(shape: dict) -> int:
+    return bytes_read(shape) + bytes_written(shape)
 
 
 def flops(shape: dict) -> int:
@@ -179,6 +191,9 @@ PEERS = {
 }
 if _flash_attn_peer() is not None:
     PEERS["flash-attn"] = _flash_attn_peer()
+
+# cuDNN and flash-attn have CUDA kernels only; SDPA's flash backend has a CPU kernel too.
+PEER_DEVICES = {"sdpa-cudnn": ["cuda"], "flash-attn": ["cuda"]}
 
 CANDIDATES = {
     "cuda": ["triton_prefill_attention.py", "torch_prefill_attention.py"],

@@ -74,10 +74,21 @@ def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64) @ w.to(torch.float64).t()
 
 
+def _itemsize(shape: dict) -> int:
+    return torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
+
+
+def bytes_read(shape: dict) -> int:
+    """The weight once, and x."""
+    return _itemsize(shape) * shape["k"] * (shape["n"] + shape["m"])
+
+
+def bytes_written(shape: dict) -> int:
+    return _itemsize(shape) * shape["m"] * shape["n"]
+
+
 def bytes_moved(shape: dict) -> int:
-    itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
-    m, n, k = shape["m"], shape["n"], shape["k"]
-    return itemsize * (n * k + m * k + m * n)
+    return bytes_read(shape) + bytes_written(shape)
 
 
 def flops(shape: dict) -> int:

@@ -60,10 +60,20 @@ def test_inputs_have_integer_targets_and_ignored_rows(task) -> None:
 
 def test_gpu_shapes_and_traffic(task) -> None:
     shapes = task.shapes("cuda")
-    assert {s.dtype for s in shapes} == {"float32"}  # the loss; logits are bfloat16
-    assert {s.dims["logits_dtype"] for s in shapes} == {"bfloat16"}
+    assert {s.dtype for s in shapes} == {"bfloat16"}  # the logits
+    assert {d for s in shapes for d in task.output_dtypes(s, 1)} == {"float32"}  # the loss
     big = next(s for s in shapes if s.name == "prefill-8192x128256")
+    assert task.bytes_read_written(big) == (2 * 8192 * 128256 + 8 * 8192, 4 * 8192)
     assert task.bytes_moved(big) == 2 * 8192 * 128256 + 12 * 8192
+
+
+def test_inputs_take_the_shape_dtype_and_the_loss_is_float32(task) -> None:
+    shape = task.shapes("cpu")[0]
+    dims = {**shape.dims, "dtype": "bfloat16"}
+    logits, targets = task.module.make_inputs(dims, 4, "cpu")
+    assert logits.dtype == torch.bfloat16 and targets.dtype == torch.int64
+    assert task.module.output_dtypes(dims) == ["float32"]
+    assert task.peers["eager"](logits, targets).dtype == torch.float32
 
 
 def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:

@@ -55,6 +55,7 @@ def test_bytes_count_the_cache_once_not_expanded(task) -> None:
     shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv131072")
     cache = 2 * 8 * 131072 * 128 * 2
     assert task.bytes_moved(shape) == cache + 2 * 2 * 32 * 128
+    assert task.bytes_read_written(shape) == (cache + 2 * 32 * 128, 2 * 32 * 128)
     assert task.flops(shape) == 4 * 32 * 131072 * 128
 
 
@@ -68,6 +69,12 @@ def test_peers_include_the_expanded_sdpa_path(task) -> None:
             torch.testing.assert_close(
                 task.peers[name](*inputs).double(), want, rtol=1e-4, atol=1e-5
             )
+
+
+def test_flash_attn_is_a_gpu_only_peer(task) -> None:
+    assert "flash-attn" not in task.default_peers("cpu")
+    assert task.peer_runs_on("flash-attn", "cuda")
+    assert task.peer_runs_on("eager", "cpu")
 
 
 def test_triton_candidate_through_the_cli(task) -> None:

@@ -46,6 +46,8 @@ def test_gpu_shapes_are_deepseek_v3_up_to_128k(task) -> None:
     assert max(s.dims["kv_len"] for s in shapes) >= 131072
     shape = next(s for s in shapes if s.name == "b1-kv131072")
     assert task.bytes_moved(shape) == 2 * (131072 * 576 + 128 * (2 * 512 + 64))
+    assert task.declares_read_write()
+    assert task.bytes_read_written(shape) == (2 * (131072 * 576 + 128 * 576), 2 * 128 * 512)
 
 
 def test_peers_agree_with_the_reference_on_cpu(task) -> None:

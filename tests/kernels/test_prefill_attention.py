@@ -68,6 +68,26 @@ def test_flops_count_only_the_causal_half(task) -> None:
     assert task.flops(chunk) == 4 * 32 * 128 * (q * (kv - q) + q * (q + 1) // 2)
 
 
+def test_bytes_are_q_k_v_read_once_and_the_output_written(task) -> None:
+    shape = next(s for s in task.shapes("cuda") if s.dims["q_len"] < s.dims["kv_len"])
+    per_token = 2 * 32 * 128
+    q, kv = shape.dims["q_len"], shape.dims["kv_len"]
+    assert task.bytes_read_written(shape) == (per_token * (q + 2 * kv), per_token * q)
+    assert task.bytes_moved(shape) == per_token * (2 * q + 2 * kv)
+
+
+def test_gpu_only_peers_are_left_out_on_the_cpu(task) -> None:
+    on_cpu = task.default_peers("cpu")
+    assert "sdpa-cudnn" not in on_cpu and "flash-attn" not in on_cpu
+    assert {"eager", "sdpa-flash"} <= set(on_cpu)  # SDPA's flash backend has a CPU kernel
+    assert {"eager", "sdpa-flash", "sdpa-cudnn"} <= set(task.default_peers("cuda"))
+    shape = task.shapes("cpu")[-1]
+    inputs = task.make_inputs(shape, 2, "cpu")
+    want = task.reference(*(t.double() for t in inputs))
+    got = task.peers["sdpa-flash"](*inputs).double()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -> None:
     triton_src = task.folder / "triton_prefill_attention.py"
     bug = mutated(

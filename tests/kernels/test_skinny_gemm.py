@@ -48,6 +48,8 @@ def test_gpu_shapes_are_real_projections_at_decode_and_batch_rows(task) -> None:
 def test_bytes_are_the_weight_read_once_and_flops_2mnk(task) -> None:
     shape = next(s for s in task.shapes("cuda") if s.name == "m16-n7168-k7168")
     assert task.bytes_moved(shape) == 2 * (7168 * 7168 + 16 * 7168 + 16 * 7168)
+    assert task.declares_read_write()
+    assert task.bytes_read_written(shape) == (2 * (7168 * 7168 + 16 * 7168), 2 * 16 * 7168)
     assert task.flops(shape) == 2 * 16 * 7168 * 7168
 
 
