@@ -5,6 +5,10 @@
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
+#   fullrun   autotune run --apply --simulate h200 (profile on the simulated device only)
+#   cost      scripts/bench_evaluator_cost.py
+#   repro     scripts/baseline_repro.py (the suite twice, separate processes)
+#   search    scripts/bench_search_efficiency.py --measure-only (simulate later on the CPU)
 #   verify    autotune report verify of the run's report, in a separate process
 #   memtasks  scripts/bench_tasks_gpu.py (the memory-bound tasks; MEMTASKS_ARGS)
 #   gemmattn  scripts/bench_attention_gemm_gpu.sh (GEMMATTN_STAGES)
@@ -42,6 +46,18 @@ for stage in "$@"; do
         best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best'])" "$OUT/sweep.json")
         echo "sweep best: $best"
         BENCH_PARAMS=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['top']))" "$OUT/sweep.json")
+        ;;
+    fullrun)
+        timeout "${RUN_TIMEOUT:-420}" python3 -m appliance run --out "$OUT/run" --apply --simulate h200 ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
+        ;;
+    cost)
+        timeout 240 python3 scripts/bench_evaluator_cost.py --out "$OUT/evaluator-cost.json" 2>&1 | tee "$OUT/cost.log" | tail -15
+        ;;
+    repro)
+        timeout 300 python3 scripts/baseline_repro.py "$OUT/baseline-repro.json" --device cuda 2>&1 | tee "$OUT/repro.log" | tail -15
+        ;;
+    search)
+        timeout 240 python3 scripts/bench_search_efficiency.py --measure-only --out "$OUT/search-measured.json" 2>&1 | tee "$OUT/search.log" | tail -15
         ;;
     verify)
         timeout "${VERIFY_TIMEOUT:-300}" python3 -m appliance report verify "$OUT/run/report.json" --json >"$OUT/verify.json" 2>"$OUT/verify.err"
