@@ -203,14 +203,14 @@ def start_run_telemetry(device: str):
     import torch
 
     from baselines.run_telemetry import RunTelemetry
-    from baselines.suite import _nvml_index
+    from baselines.telemetry import nvml_index_of
     from host_tuning.nvml import probe_nvml
 
     backend = probe_nvml().backend
     if backend is None:
         return None
     try:
-        index = _nvml_index(backend, torch.device("cuda", torch.cuda.current_device()))
+        index = nvml_index_of(backend, torch.device("cuda", torch.cuda.current_device()))
         return None if index is None else RunTelemetry(backend, index).__enter__()
     except Exception as exc:  # telemetry is a record, never a reason to stop the run
         console.print(f"  no run telemetry: {type(exc).__name__}: {exc}")

@@ -35,7 +35,7 @@ from baselines.telemetry import (
     BlockRecord,
     TelemetrySampler,
     clean_block_hook,
-    nvml_index_for,
+    nvml_index_of,
     summarize_records,
 )
 from baselines.timer import CaptureError, GpuTimer, StoppingRule, cpu_block, run_interleaved
@@ -490,16 +490,6 @@ def _run_cpu(quick: bool, say: Callable[[str], None]) -> list[Metric]:
     return metrics
 
 
-def _nvml_index(backend: NvmlBackend, device: torch.device) -> int | None:
-    props = torch.cuda.get_device_properties(device)
-    uuid = str(getattr(props, "uuid", "") or "") or None
-    bus = None
-    if hasattr(props, "pci_bus_id"):
-        domain = getattr(props, "pci_domain_id", 0)
-        bus = f"{domain:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    return nvml_index_for(backend, uuid, bus)
-
-
 def _run_gpu(
     device: torch.device,
     quick: bool,
@@ -507,7 +497,7 @@ def _run_gpu(
     nvml_reason: str | None,
     say: Callable[[str], None],
 ) -> tuple[list[Metric], dict[str, Any], list[str]]:
-    index = _nvml_index(backend, device) if backend is not None else None
+    index = nvml_index_of(backend, device) if backend is not None else None
     if backend is not None and index is None:
         nvml_reason = f"no NVML device matches {device} (UUID or PCI bus id)"
     sampler = None

@@ -226,3 +226,17 @@ def nvml_index_for(backend: NvmlBackend, uuid: str | None, pci_bus_id: str | Non
             if got.ok and norm_bus(got.value) == wanted_bus:
                 return index
     return None
+
+
+def nvml_index_of(backend: NvmlBackend, device: Any) -> int | None:
+    """The NVML index of torch CUDA `device` (its UUID, else its PCI bus id: torch and NVML
+    number GPUs differently under CUDA_VISIBLE_DEVICES); None when no NVML device matches."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    uuid = str(getattr(props, "uuid", "") or "") or None
+    bus = None
+    if hasattr(props, "pci_bus_id"):
+        domain = getattr(props, "pci_domain_id", 0)
+        bus = f"{domain:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    return nvml_index_for(backend, uuid, bus)

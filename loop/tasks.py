@@ -17,6 +17,29 @@ from types import ModuleType
 REQUIRED = ("SHAPES", "TOLERANCE", "make_inputs", "reference", "bytes_moved", "flops", "PEERS")
 
 
+# One compiled wrapper per (task module, dynamic): torch.compile keys its cache on the wrapper,
+# so a new wrapper for every lookup would compile every shape again.
+_COMPILED: dict[tuple[str, bool], Callable] = {}
+
+
+def compiled_eager(module: ModuleType, dynamic: bool) -> Callable:
+    """`module.eager` under torch.compile, compiled on its first call (importing dynamo takes
+    seconds, so a run without compiled peers never pays for it)."""
+    key = (module.__name__, dynamic)
+    if key not in _COMPILED:
+        state: dict[str, Callable] = {}
+
+        def run(*inputs):
+            if "fn" not in state:
+                import torch
+
+                state["fn"] = torch.compile(module.eager, dynamic=dynamic)
+            return state["fn"](*inputs)
+
+        _COMPILED[key] = run
+    return _COMPILED[key]
+
+
 class TaskError(Exception):
     """A task that cannot be found or does not follow the task contract."""
 
@@ -108,7 +131,12 @@ class Task:
 
     @property
     def peers(self) -> dict[str, Callable]:
-        return dict(self.module.PEERS)
+        """The task's `PEERS`, then its `COMPILED_PEERS`: `eager` under torch.compile."""
+        compiled = dict(getattr(self.module, "COMPILED_PEERS", {}))
+        return {
+            **self.module.PEERS,
+            **{name: compiled_eager(self.module, dynamic) for name, dynamic in compiled.items()},
+        }
 
     def peer_runs_on(self, name: str, device: str) -> bool:
         """Whether peer `name` runs on `device`: the task's optional `PEER_DEVICES` maps a peer

@@ -588,19 +588,13 @@ def _telemetry_sampler(ctx: Context):
     """An NVML sampler for the GPU being timed, or None where NVML or the device is missing
     (telemetry only reports; its absence never stops a measurement)."""
     try:
-        from baselines.telemetry import TelemetrySampler, nvml_index_for
+        from baselines.telemetry import TelemetrySampler, nvml_index_of
         from host_tuning.nvml import open_nvml
 
         backend = open_nvml()
         if backend is None:
             return None
-        props = ctx.torch.cuda.get_device_properties(ctx.torch.cuda.current_device())
-        uuid = str(getattr(props, "uuid", "") or "") or None
-        bus = None
-        if hasattr(props, "pci_bus_id"):
-            domain = getattr(props, "pci_domain_id", 0)
-            bus = f"{domain:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-        index = nvml_index_for(backend, uuid, bus)
+        index = nvml_index_of(backend, ctx.torch.cuda.current_device())
         return None if index is None else TelemetrySampler(backend, index)
     except Exception:
         return None

@@ -116,14 +116,14 @@ def run_preflight(device: str, policy: str, profile: str | None = None) -> dict 
     import torch
 
     from baselines.preflight import pin_to_gpu_local_cpus, preflight
-    from baselines.suite import _nvml_index
+    from baselines.telemetry import nvml_index_of
     from host_tuning.nvml import probe_nvml
 
     probe = probe_nvml()
     index = 0
     if probe.backend is not None:
         try:
-            index = _nvml_index(probe.backend, torch.device("cuda", torch.cuda.current_device()))
+            index = nvml_index_of(probe.backend, torch.device("cuda", torch.cuda.current_device()))
         finally:
             probe.backend.close()
     if index is None:

@@ -155,16 +155,6 @@ def eager(a, a_scale, w, w_scale) -> torch.Tensor:
     return torch.nn.functional.linear(deq(a, a_scale), deq(w, w_scale))
 
 
-_compiled: dict[bool, object] = {}
-
-
-def compiled(a, a_scale, w, w_scale) -> torch.Tensor:
-    """torch.compile of the dequantise-then-linear fallback, specialised on every shape."""
-    if False not in _compiled:
-        _compiled[False] = torch.compile(eager, dynamic=False)
-    return _compiled[False](a, a_scale, w, w_scale)
-
-
 def scaled_mm(a, a_scale, w, w_scale) -> torch.Tensor:
     """The vendor path, torch._scaled_mm (cuBLASLt fp8): per-tensor scales as scalars; blocks as
     its (BlockWise1x128, BlockWise128x128) recipe, the activation scales outer-dim-major."""
@@ -175,7 +165,11 @@ def scaled_mm(a, a_scale, w, w_scale) -> torch.Tensor:
     return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
 
-PEERS = {"eager": eager, "torch.compile": compiled, "scaled-mm": scaled_mm}
+PEERS = {"eager": eager, "scaled-mm": scaled_mm}
+
+# `eager` under torch.compile (the harness compiles it on first use): name -> dynamic, i.e.
+# specialised on every shape (False).
+COMPILED_PEERS = {"torch.compile": False}
 
 # torch._scaled_mm has CUDA kernels only (Hopper and later for fp8).
 PEER_DEVICES = {"scaled-mm": ["cuda"]}

@@ -120,20 +120,6 @@ def sdpa_gqa(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> t
     return out[:, :, 0, :]
 
 
-_compiled: dict[bool, object] = {}
-
-
-def _compile(dynamic: bool):
-    if dynamic not in _compiled:
-        _compiled[dynamic] = torch.compile(eager, dynamic=dynamic)
-    return _compiled[dynamic]
-
-
-def compiled(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-    """torch.compile of the transformers path, specialised on every shape."""
-    return _compile(False)(q, k_cache, v_cache)
-
-
 def _has_enable_gqa() -> bool:
     import inspect
 
@@ -158,7 +144,11 @@ def _flash_attn_peer():
     return flash_attn
 
 
-PEERS = {"eager": eager, "torch.compile": compiled}
+PEERS = {"eager": eager}
+
+# `eager` under torch.compile (the harness compiles it on first use): name -> dynamic, i.e.
+# specialised on every shape (False).
+COMPILED_PEERS = {"torch.compile": False}
 if _has_enable_gqa():
     PEERS["sdpa-gqa"] = sdpa_gqa
 if _flash_attn_peer() is not None:

@@ -93,26 +93,12 @@ def eager(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
 
-_compiled: dict[bool, object] = {}
+PEERS = {"eager": eager}
 
-
-def _compile(dynamic: bool):
-    if dynamic not in _compiled:
-        _compiled[dynamic] = torch.compile(eager, dynamic=dynamic)
-    return _compiled[dynamic]
-
-
-def compiled(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """torch.compile specialised on every shape: the strongest compiler peer."""
-    return _compile(False)(x, cos, sin)
-
-
-def compiled_dynamic(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """torch.compile with symbolic shapes, as serving engines compile for varying batch sizes."""
-    return _compile(True)(x, cos, sin)
-
-
-PEERS = {"eager": eager, "torch.compile": compiled, "torch.compile-dynamic": compiled_dynamic}
+# `eager` under torch.compile (the harness compiles it on first use): name -> dynamic, i.e.
+# specialised on every shape (False) or with symbolic shapes, as serving engines compile
+# for varying batch sizes (True).
+COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {"cuda": ["triton_rope.py", "torch_rope.py"], "cpu": ["torch_rope.py"]}
 

@@ -155,3 +155,14 @@ def test_several_seeds_find_a_rarely_wrong_candidate(task) -> None:
     ev = evaluate(task, specs, "cpu", seeds=20)
     assert ev.by_label("right").accepted, ev.by_label("right").reasons
     assert codes(ev.by_label("sometimes")) == {"mismatch"}
+
+
+def test_compiled_peers_are_the_tasks_eager_under_torch_compile_one_wrapper_each() -> None:
+    from loop.tasks import load_task
+
+    task = load_task("softmax")
+    peers = task.peers
+    assert list(peers)[-2:] == ["torch.compile", "torch.compile-dynamic"]
+    assert peers["torch.compile"] is task.peers["torch.compile"]
+    assert peers["torch.compile"] is not peers["torch.compile-dynamic"]
+    assert "torch.compile" not in task.default_peers("cpu")
