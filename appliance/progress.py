@@ -12,6 +12,18 @@ from rich.table import Table
 from appliance.output import console, fmt_time
 
 
+def progress_bar() -> Progress:
+    """The appliance's one progress bar: description, bar, done/total, elapsed; gone when done."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
 @contextmanager
 def loop_progress(quiet: bool = False, note: str = "") -> Iterator:
     """Yields an `on_event(kind, data)` callback for `loop.driver.run_loop`."""
@@ -20,14 +32,7 @@ def loop_progress(quiet: bool = False, note: str = "") -> Iterator:
         return
     if note:
         console.print(note)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = progress_bar()
     bar = {"id": None}
 
     def on_event(kind: str, data: dict) -> None:

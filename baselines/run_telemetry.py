@@ -13,43 +13,32 @@ and the period doubles, so a long run keeps its whole span at a coarser grain.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
+from baselines.telemetry import TelemetrySampler
 from host_tuning.nvml import NvmlBackend, read_telemetry
 
 
-class RunTelemetry:
+class RunTelemetry(TelemetrySampler):
+    """The block sampler's thread, keeping every sample (labelled) instead of windows."""
+
     def __init__(
         self, backend: NvmlBackend, index: int, period_s: float = 0.5, max_samples: int = 2000
     ) -> None:
-        if not period_s > 0:
-            raise ValueError(f"period_s must be positive, got {period_s!r}")
-        backend.read(index, "clock_sm_current_mhz")  # a bad index fails here, naming it
-        self.backend = backend
-        self.index = index
-        self.period_s = period_s
+        super().__init__(backend, index, period_s)
         self.max_samples = max(2, max_samples)
         self.label = ""
-        self.error: str | None = None
         self.samples: list[dict[str, Any]] = []
         self._start = time.monotonic()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> RunTelemetry:
         self._start = time.monotonic()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="run-telemetry", daemon=True)
-        self._thread.start()
+        super().__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        super().__exit__(*exc)
         self._read()  # the state at the end, however short the run
 
     def _read(self) -> None:
@@ -68,15 +57,14 @@ class RunTelemetry:
         }
         if self.label:
             sample["label"] = self.label
-        self.samples.append(sample)
-        if len(self.samples) > self.max_samples:
-            self.samples = self.samples[::2]
-            self.period_s *= 2
-
-    def _run(self) -> None:
-        self._read()
-        while not self._stop.wait(self.period_s):
-            self._read()
+        with self._lock:
+            self.samples.append(sample)
+            self.sample_count += 1
+            if len(self.samples) > self.max_samples:
+                self.samples = self.samples[::2]
+                self.period_s *= 2
 
     def to_dict(self) -> dict[str, Any]:
-        return {"period_s": self.period_s, "gpu_index": self.index, "samples": list(self.samples)}
+        with self._lock:
+            samples = list(self.samples)
+        return {"period_s": self.period_s, "gpu_index": self.index, "samples": samples}

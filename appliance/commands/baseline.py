@@ -9,6 +9,7 @@ import click
 from appliance.commands.options import (
     DEVICE,
     JSON,
+    OUT_FILE,
     write_json,
 )
 from appliance.output import (
@@ -20,13 +21,7 @@ from appliance.output import (
 
 
 @click.group(invoke_without_command=True, epilog=EXIT_CODES_HELP)
-@click.option(
-    "--out",
-    "out_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the JSON result here.",
-)
+@OUT_FILE
 @click.option("--quick", is_flag=True, help="Fewer samples (the CPU suite in seconds).")
 @DEVICE
 @JSON
@@ -56,13 +51,7 @@ def baseline(
 
 
 @baseline.command("p2p", epilog=EXIT_CODES_HELP)
-@click.option(
-    "--out",
-    "out_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the JSON result here.",
-)
+@OUT_FILE
 @click.option("--quick", is_flag=True, help="Fewer sizes and samples.")
 @JSON
 def baseline_p2p(out_file: Path | None, quick: bool, as_json: bool) -> None:

@@ -246,20 +246,12 @@ def _setup(common: dict):
 
 
 def _each(hosts, job, verb: str, common: dict):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from appliance.fleet.parallel import for_each_host
+    from appliance.progress import progress_bar
 
     if common["as_json"]:
         return for_each_host(hosts, job)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = progress_bar()
     with progress:
         bar = progress.add_task(f"{verb} {len(hosts)} host(s)", total=len(hosts))
 

@@ -16,6 +16,13 @@ DEVICE = click.option(
     show_default=True,
     help="Where kernels run; auto picks the GPU when torch sees one.",
 )
+OUT_FILE = click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the JSON result here.",
+)
 JSON = click.option(
     "--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout."
 )
