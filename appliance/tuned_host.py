@@ -110,6 +110,20 @@ def simulated_cpu_root(dest: Path) -> Path:
     return dest
 
 
+def simulated_device(fixture: str, state: Path, cpu_dir: Path, fresh_cpu: bool = True):
+    """The simulated NVML device of `fixture` (its writes kept in `state`) and a copy of this
+    host's CPU frequency files under `cpu_dir` (taken afresh, or kept when `fresh_cpu` is
+    False and one exists): the write path, with nothing on this machine changed."""
+    from host_tuning.apply import PersistentSimulatedNvml
+
+    try:
+        backend = PersistentSimulatedNvml(resolve_fixture(fixture), state)
+    except (ValueError, OSError) as exc:
+        raise UsageFailure(f"--simulate: {exc}") from exc
+    keep = not fresh_cpu and cpu_dir.exists()
+    return backend, cpu_dir if keep else simulated_cpu_root(cpu_dir)
+
+
 def _refuse_open_journal(journal: Path, hint: str) -> None:
     from host_tuning.journal import open_message, read_journal
 
@@ -122,7 +136,6 @@ def open_tuned_host(profile_name: str, simulate: str | None, out_dir: Path) -> T
     """The profile and the device it will be applied to; refuses (TuningRefused, UsageFailure)
     before anything is measured or changed: unknown profile or fixture, the real GPU without
     root or driver, or a journal an earlier run left open."""
-    from host_tuning.apply import PersistentSimulatedNvml
     from host_tuning.fact import REAL_ROOT
     from host_tuning.journal import JournalError, default_journal_path
     from host_tuning.nvml import probe_nvml
@@ -143,18 +156,8 @@ def open_tuned_host(profile_name: str, simulate: str | None, out_dir: Path) -> T
                 f"--journal {journal} --cpu-root {cpu_root} --restore"
             )
             _refuse_open_journal(journal, hint)
-            try:
-                backend = PersistentSimulatedNvml(fixture, state)
-            except (ValueError, OSError) as exc:
-                raise UsageFailure(f"--simulate: {exc}") from exc
-            return TunedHost(
-                profile,
-                backend,
-                journal,
-                simulated_cpu_root(cpu_root),
-                f"simulated: {fixture}",
-                hint,
-            )
+            backend, cpu = simulated_device(fixture, state, cpu_root)
+            return TunedHost(profile, backend, journal, cpu, f"simulated: {fixture}", hint)
         journal = default_journal_path()
         hint = f"autotune host restore --journal {journal}"
         if os.geteuid() != 0:

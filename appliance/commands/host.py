@@ -76,14 +76,10 @@ def _backend(simulate: str | None, sim_dir: Path, writable: bool, fresh_cpu: boo
 
     if simulate is None:
         return probe_nvml(writable=writable).backend, REAL_ROOT
-    from appliance.tuned_host import resolve_fixture, simulated_cpu_root
-    from host_tuning.apply import PersistentSimulatedNvml
+    from appliance.tuned_host import simulated_device
 
     ensure_writable_dir(sim_dir, "--sim-dir")
-    cpu = sim_dir / "host"
-    cpu_root = simulated_cpu_root(cpu) if fresh_cpu or not cpu.exists() else cpu
-    backend = PersistentSimulatedNvml(resolve_fixture(simulate), sim_dir / "nvml-state.jsonl")
-    return backend, cpu_root
+    return simulated_device(simulate, sim_dir / "nvml-state.jsonl", sim_dir / "host", fresh_cpu)
 
 
 @host.command("apply", epilog=EXIT_CODES_HELP)
