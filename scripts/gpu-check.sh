@@ -14,6 +14,10 @@
 #   gemmattn  scripts/bench_attention_gemm_gpu.sh (GEMMATTN_STAGES)
 #   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
 #   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
+#   allreduce scripts/bench_allreduce_gpu.sh: P2P baselines and the all-reduce task (2+ GPUs)
+#   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
+# Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
+# 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
 # Logs and JSON are written under a work folder and packed into $OUT/results.tgz (the device
 # tool returns at most 8 files); a short summary is printed last.
 set -uo pipefail
@@ -32,62 +36,86 @@ else
 fi
 export PYTHONUNBUFFERED=1
 autotune() { python3 -m appliance "$@"; }
+END=$(( $(date +%s) + ${GPU_CHECK_BUDGET:-570} ))
+# limit DEFAULT: the smaller of DEFAULT and the seconds left before END (less 15 s for packing)
+limit() { local left=$(( END - $(date +%s) - 15 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.csv"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)" | tee "$OUT/versions.txt"
 
 for stage in "$@"; do
+    if [ "$(limit 9999)" -lt 30 ]; then echo "stage $stage skipped: no time left"; continue; fi
+    echo "== stage $stage at $(date -u +%T), $(limit 9999) s left"
     case "$stage" in
     tests)
-        python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
+        timeout "$(limit "${TESTS_TIMEOUT:-300}")" python3 -m pytest -q -m gpu -p no:cacheprovider \
+            --timeout "${TEST_TIMEOUT:-150}" ${TESTS:-tests} 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
+        ;;
+    allreduce)
+        PYTHON=python3 timeout "$(limit "${ALLREDUCE_TIMEOUT:-240}")" bash scripts/bench_allreduce_gpu.sh "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | tail -40
+        ;;
+    profile)
+        timeout "$(limit 120)" ncu --csv --print-units base --target-processes all \
+            --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis \
+            -k regex:rmsnorm --launch-skip 1 -c 1 python3 -c "
+import importlib, torch
+task = importlib.import_module('kernels.rmsnorm.task')
+cand = importlib.import_module('kernels.rmsnorm.triton_rmsnorm')
+shape = next(s for s in task.SHAPES['cuda'] if s['name'] == 'long-32768x7168')
+args = task.make_inputs(shape, 1, 'cuda')
+for _ in range(3):
+    cand.kernel(*args)
+torch.cuda.synchronize()
+" >"$OUT/ncu-rmsnorm.csv" 2>"$OUT/ncu-rmsnorm.err"
+        echo "ncu rc=$?"; tail -3 "$OUT/ncu-rmsnorm.err"; head -c 600 "$OUT/ncu-rmsnorm.csv"
         ;;
     sweep)
-        TORCH_LOGS=output_code python3 scripts/rmsnorm_sweep.py "$OUT/sweep.json" ${SWEEP_SHAPE:-} \
+        TORCH_LOGS=output_code timeout "$(limit 300)" python3 scripts/rmsnorm_sweep.py "$OUT/sweep.json" ${SWEEP_SHAPE:-} \
             2>"$OUT/sweep-inductor.log" | tee "$OUT/sweep.log"
         best=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best'])" "$OUT/sweep.json")
         echo "sweep best: $best"
         BENCH_PARAMS=$(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['top']))" "$OUT/sweep.json")
         ;;
     fullrun)
-        timeout "${RUN_TIMEOUT:-420}" python3 -m appliance run --out "$OUT/run" --apply --simulate h200 ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
+        timeout "$(limit "${RUN_TIMEOUT:-420}")" python3 -m appliance run --out "$OUT/run" --apply --simulate h200 ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
         ;;
     cost)
-        timeout 240 python3 scripts/bench_evaluator_cost.py --out "$OUT/evaluator-cost.json" 2>&1 | tee "$OUT/cost.log" | tail -15
+        timeout "$(limit 240)" python3 scripts/bench_evaluator_cost.py --out "$OUT/evaluator-cost.json" 2>&1 | tee "$OUT/cost.log" | tail -15
         ;;
     repro)
-        timeout 300 python3 scripts/baseline_repro.py "$OUT/baseline-repro.json" --device cuda 2>&1 | tee "$OUT/repro.log" | tail -15
+        timeout "$(limit 300)" python3 scripts/baseline_repro.py "$OUT/baseline-repro.json" --device cuda 2>&1 | tee "$OUT/repro.log" | tail -15
         ;;
     search)
-        timeout 240 python3 scripts/bench_search_efficiency.py --measure-only --out "$OUT/search-measured.json" 2>&1 | tee "$OUT/search.log" | tail -15
+        timeout "$(limit 240)" python3 scripts/bench_search_efficiency.py --measure-only --out "$OUT/search-measured.json" 2>&1 | tee "$OUT/search.log" | tail -15
         ;;
     verify)
-        timeout "${VERIFY_TIMEOUT:-300}" python3 -m appliance report verify "$OUT/run/report.json" --json >"$OUT/verify.json" 2>"$OUT/verify.err"
+        timeout "$(limit "${VERIFY_TIMEOUT:-300}")" python3 -m appliance report verify "$OUT/run/report.json" --json >"$OUT/verify.json" 2>"$OUT/verify.err"
         echo "report verify rc=$?"; tail -5 "$OUT/verify.err"
         ;;
     memtasks)
-        timeout "${MEMTASKS_TIMEOUT:-330}" python3 scripts/bench_tasks_gpu.py "$OUT/memtasks" ${MEMTASKS_ARGS:---sweep --no-bench} 2>&1 | tee "$OUT/memtasks.log" | tail -30
+        timeout "$(limit "${MEMTASKS_TIMEOUT:-330}")" python3 scripts/bench_tasks_gpu.py "$OUT/memtasks" ${MEMTASKS_ARGS:---sweep --no-bench} 2>&1 | tee "$OUT/memtasks.log" | tail -30
         ;;
     gemmattn)
-        timeout "${GEMMATTN_TIMEOUT:-330}" bash scripts/bench_attention_gemm_gpu.sh "$OUT/gemmattn" ${GEMMATTN_STAGES:-skinny_gemm gqa_decode} 2>&1 | tee "$OUT/gemmattn.log" | tail -30
+        timeout "$(limit "${GEMMATTN_TIMEOUT:-330}")" bash scripts/bench_attention_gemm_gpu.sh "$OUT/gemmattn" ${GEMMATTN_STAGES:-skinny_gemm gqa_decode} 2>&1 | tee "$OUT/gemmattn.log" | tail -30
         ;;
     aa)
-        python3 scripts/aa_decisions.py "$OUT/aa-decisions.json" ${AA_ARGS:-} 2>&1 | tee "$OUT/aa.log" | tail -30
+        timeout "$(limit "${AA_TIMEOUT:-300}")" python3 scripts/aa_decisions.py "$OUT/aa-decisions.json" ${AA_ARGS:-} 2>&1 | tee "$OUT/aa.log" | tail -30
         ;;
     host)
-        autotune host check --json >"$OUT/host-check.json" 2>"$OUT/host-check.err"
+        timeout "$(limit 60)" python3 -m appliance host check --json >"$OUT/host-check.json" 2>"$OUT/host-check.err"
         echo "host check rc=$?"
         ;;
     bench)
         default='{"num_warps":4,"rows_per_program":1,"x_eviction":"","chunk":0}'
         for params in ${BENCH_PARAMS:-$default}; do
             tag=$(echo "$params" | md5sum | cut -c1-8)
-            autotune bench rmsnorm triton_rmsnorm.py --params "$params" \
+            timeout "$(limit 120)" python3 -m appliance bench rmsnorm triton_rmsnorm.py --params "$params" \
                 --shape long-32768x7168 --shape long-131072x4096 --shape prefill-4096x4096 --shape decode-16x7168 \
                 --json >"$OUT/bench-$tag.json" 2>"$OUT/bench-$tag.err"
             echo "bench $params rc=$?"
         done
         ;;
     run)
-        timeout "${RUN_TIMEOUT:-3000}" python3 -m appliance run --out "$OUT/run" ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
+        timeout "$(limit "${RUN_TIMEOUT:-3000}")" python3 -m appliance run --out "$OUT/run" ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | tail -40
         ;;
     esac
 done
