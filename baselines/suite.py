@@ -17,6 +17,7 @@ moved; a GEMM of n^3 is 2 n^3 FLOP; latencies are per op or per kernel, in micro
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -342,12 +343,33 @@ class _GpuRun:
         self.graphs.append(graph)
         return lambda n: self.timer.block(graph, n)
 
-    def host_runner(self, fn: Callable[[], object]) -> Callable[[int], list[float]]:
+    def host_runner(
+        self, fn: Callable[[], object], fresh: Callable[[], None] | None = None
+    ) -> Callable[[int], list[float]]:
+        """Blocks on the host clock. What one process holds fixed for its whole life (the CPU
+        it runs on, where its host buffers landed) changes between blocks here, so the
+        interval covers what a second process would see: each block runs on the next CPU of
+        this process's set, after `fresh()` (say, new host buffers) outside the timed part."""
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        turn = [0]
+
         def synced() -> None:
             fn()
             torch.cuda.synchronize(self.device)
 
-        return lambda n: cpu_block(synced, n)
+        def block(n: int) -> list[float]:
+            if fresh is not None:
+                fresh()
+            if not cpus:
+                return cpu_block(synced, n)
+            turn[0] += 1
+            os.sched_setaffinity(0, {cpus[turn[0] % len(cpus)]})
+            try:
+                return cpu_block(synced, n)
+            finally:
+                os.sched_setaffinity(0, cpus)
+
+        return block
 
     def measure(
         self,
@@ -369,21 +391,27 @@ def _device_copy(run: _GpuRun) -> None:
 def _transfers(run: _GpuRun) -> None:
     # Pinned copies are graph replays of 256 MiB; pageable ones cannot be captured and run at a
     # fraction of the speed on the host clock, so 64 MiB keeps their blocks short.
+    # A pageable copy's speed depends on where its host pages landed (huge pages or not), which
+    # is fixed for one buffer: every pageable block gets a new buffer.
     for pinned, nbytes, samples in ((True, 256 * MiB, 5), (False, 64 * MiB, 3)):
         dev = torch.empty(nbytes // 4, dtype=torch.float32, device=run.device).uniform_()
-        host = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=pinned).uniform_()
+        host = [torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=pinned).uniform_()]
         kind = "pinned" if pinned else "pageable"
+
+        def new_host(h=host, numel=nbytes // 4) -> None:
+            h[0] = torch.empty(numel, dtype=torch.float32).uniform_()
+
         for name, fn in (
-            (f"h2d_{kind}_bandwidth", lambda d=dev, h=host, nb=pinned: d.copy_(h, non_blocking=nb)),
-            (f"d2h_{kind}_bandwidth", lambda d=dev, h=host, nb=pinned: h.copy_(d, non_blocking=nb)),
-        ):
+            (f"h2d_{kind}_bandwidth", lambda d=dev, h=host, nb=pinned: d.copy_(h[0], non_blocking=nb)),
+            (f"d2h_{kind}_bandwidth", lambda d=dev, h=host, nb=pinned: h[0].copy_(d, non_blocking=nb)),
+        ):  # fmt: skip
             runner = None
             if pinned:
                 try:
                     runner = run.graph_runner(fn)
                 except CaptureError as err:
                     run.notes.append(f"{name} timed on the host clock: no graph capture: {err}")
-            runner = runner or run.host_runner(fn)
+            runner = runner or run.host_runner(fn, None if pinned else new_host)
             run.measure(name, runner, samples, _rate(nbytes / 1e9))
 
 

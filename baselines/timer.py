@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,12 @@ from dataclasses import dataclass
 import torch
 
 from baselines.stats import paired_ratio_halfwidth, summarize
+
+_SHUFFLE = random.Random()  # seeded from the OS: orders nobody can predict
+# Captures of one kernel, one replayed per block in turn: each capture's outputs land somewhere
+# else in memory, and on the H200 two captures of one kernel differed by up to 0.3 % (2 % at
+# microsecond shapes) for as long as they lived; rotating captures averages that out.
+CAPTURE_SLOTS = 4
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
@@ -282,7 +289,8 @@ def measure_interleaved(
     rule: StoppingRule | None = None,
     on_block: Callable[[int, int, list[float]], bool] | None = None,
 ) -> Interleaved:
-    """Run each runner's block in turn (ABBA...) until `rule` holds; see `Interleaved`.
+    """Run each runner's block in turn (a random order, then its reverse, ...) until `rule`
+    holds; see `Interleaved`.
 
     `runner(n)` returns n samples in seconds. `on_block(runner_index, block_index, samples)` may
     return False to have that block measured again (a throttled block, say); a block is retried
@@ -293,13 +301,19 @@ def measure_interleaved(
     n = _warm_up(runners, rule)
     medians: list[list[float]] = [[] for _ in runners]
     t0 = _perf_counter()
-    order = list(range(len(runners)))
+    order: list[int] = []
     next_check = rule.min_blocks
     halfwidth: float | None = None
     remeasured = 0
     while True:
-        # ABBA: alternate the order every round so no runner always follows the same neighbour.
-        for i in order if len(medians[0]) % 2 == 0 else order[::-1]:
+        # Rounds come in pairs, a random order and then its reverse (ABBA or BAAB for two): a
+        # linear drift cancels within each pair, and no runner always sits next to the same
+        # neighbour (a slow peer's block before a candidate's can change the next block's clocks).
+        if len(medians[0]) % 2 == 0:
+            order = _SHUFFLE.sample(range(len(runners)), len(runners))
+        else:
+            order = order[::-1]
+        for i in order:
             run = runners[i]
             for attempt in range(3):
                 samples = run(n)

@@ -1,6 +1,7 @@
 """The brief a coding agent gets, generated per proposal as Markdown: the user's ideas first, then
-the task and its shapes, the current best source with its per-shape results and bottlenecks, the
-results so far, hardware notes for the GPU generation, model notes, and the rules."""
+the task and its shapes, the current best source with its per-shape results and bottlenecks (and
+Nsight Compute counters where the caller profiled it), the results so far, hardware notes for the
+GPU generation, model notes, and the rules."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loop.profiler import KernelCounters, ProfileResult
 from loop.reasons import CODES
 from loop.tasks import Task
 
@@ -62,6 +64,8 @@ class BriefInput:
     ceilings: dict | None = None
     results: list[dict] = field(default_factory=list)
     generation: str | None = None
+    # Nsight Compute counters of the current best, per shape (None: not profiled this run).
+    profiles: dict[str, ProfileResult] | None = None
 
 
 def read_ideas(ideas: list[str] | tuple[str, ...], ideas_file: Path | None) -> list[str]:
@@ -147,6 +151,91 @@ def _fmt_s(t: float | None) -> str:
     return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.3f} ms"
 
 
+# Kernels shown per profiled shape: the longest ones, where the time goes.
+MAX_KERNELS_SHOWN = 3
+
+
+def _pct(value: float | None, digits: int) -> str | None:
+    return None if value is None else f"{value:.{digits}f} %"
+
+
+def counters_text(k: KernelCounters) -> str:
+    """The key counters of one kernel in a sentence; counters ncu did not give are left out."""
+    parts = []
+    if k.dram_throughput_pct is not None:
+        rate = k.memory_throughput_bytes_s
+        parts.append(
+            f"DRAM {k.dram_throughput_pct:.1f} % of peak"
+            + (f" ({rate / 1e12:.2f} TB/s)" if rate else "")
+        )
+    for label, value, digits in (
+        ("L2 hit", k.l2_hit_rate_pct, 0),
+        ("L1 hit", k.l1_hit_rate_pct, 0),
+    ):
+        if value is not None:
+            parts.append(f"{label} {_pct(value, digits)}")
+    if k.achieved_occupancy_pct is not None:
+        theory = k.theoretical_occupancy_pct
+        parts.append(
+            f"achieved occupancy {k.achieved_occupancy_pct:.1f} %"
+            + (f" (theoretical {theory:g} %)" if theory is not None else "")
+        )
+    if k.compute_sm_throughput_pct is not None:
+        parts.append(f"compute {k.compute_sm_throughput_pct:.0f} %")
+    if k.occupancy_limiter == "registers" and k.block_limit_registers is not None:
+        parts.append(f"occupancy limited by registers ({k.block_limit_registers:g} blocks/SM)")
+    elif k.occupancy_limiter:
+        parts.append(f"occupancy limited by {k.occupancy_limiter}")
+    if k.local_spill_requests:
+        parts.append(f"{k.local_spill_requests:g} local-memory spill requests")
+    elif k.local_spill_requests == 0:
+        parts.append("no register spills")
+    return ", ".join(parts) or "no key counters reported"
+
+
+def _dims_text(dims: tuple[int, ...]) -> str:
+    """(32768, 1, 1) -> "32768", (16, 8, 1) -> "16x8"."""
+    kept = list(dims)
+    while len(kept) > 1 and kept[-1] == 1:
+        kept.pop()
+    return "x".join(str(d) for d in kept)
+
+
+def _kernel_line(k: KernelCounters) -> str:
+    name = k.name if len(k.name) <= 80 else k.name[:77] + "..."
+    launch = [
+        f"{label} {_dims_text(dims)}"
+        for label, dims in (("grid", k.grid_size), ("block", k.block_size))
+        if dims
+    ]
+    took = f", {_fmt_s(k.duration_ns * 1e-9)}" if k.duration_ns is not None else ""
+    head = f"`{name}`" + (f" ({', '.join(launch)}{took})" if launch or took else "")
+    return f"{head}: {counters_text(k)}"
+
+
+def profile_lines(profiles: dict[str, ProfileResult] | None) -> list[str]:
+    """The profiler section's lines: per profiled shape, its longest kernels' key counters, or
+    why there are none."""
+    if profiles is None:
+        return ["No profiler counters: the current best was not profiled in this run."]
+    if not profiles:
+        return ["No profiler counters: no shape was profiled."]
+    out = []
+    for shape, p in profiles.items():
+        if not p.available:
+            out.append(f"- `{shape}`: no profiler counters ({p.reason}).")
+            continue
+        ranked = sorted(p.kernels, key=lambda k: -(k.duration_ns or 0.0))
+        shown = ranked[:MAX_KERNELS_SHOWN]
+        more = len(ranked) - len(shown)
+        out.append(
+            f"- `{shape}`: {len(ranked)} kernel(s) per call"
+            + (f", the {len(shown)} longest shown" if more else "")
+        )
+        out += [f"  - {_kernel_line(k)}" for k in shown]
+    return out
+
+
 def build_brief(b: BriefInput) -> str:
     out = [f"# Brief: make `{b.candidate_name}` faster for task `{b.task.name}`", ""]
     out += ["## Ideas from the user (try these first)", ""]
@@ -175,6 +264,8 @@ def build_brief(b: BriefInput) -> str:
             f"| {shape.name} | {dims} | {shape.weight:g} | {nbytes} | {flops} | {_fmt_s(t)} "
             f"| {bn.kind} | {bn.detail} |"
         )
+    out += ["", "Profiler counters (Nsight Compute) of the current best:", ""]
+    out += profile_lines(b.profiles)
     out += ["", "## Current best source", "", "```python", b.source.rstrip(), "```", ""]
     out += ["## Results so far", ""]
     if b.results:

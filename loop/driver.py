@@ -35,6 +35,7 @@ from loop.evaluator import (
     read_params_space,
     static_verdict,
 )
+from loop.profiler import ProfileResult, profile_largest_shape
 from loop.proposers import Outcome, Proposal, Proposer, SearchProposer
 from loop.scripted import ScriptedProposer, read_steps
 from loop.stopping import Progress, Stop, StopRule, check, weighted_geomean
@@ -376,8 +377,17 @@ def run_loop(cfg: LoopConfig, on_event: Event = _quiet) -> LoopResult:
     stop_rule = StopRule(**{**asdict(cfg.stop), "trials": cfg.trials})
     generation = cfg.generation or briefs.detect_generation(cfg.device)
 
+    profiled: dict[int, dict[str, ProfileResult]] = {}  # the incumbent version's counters
+
     def brief_text() -> str:
         current = ledger.incumbent(start)
+        if current.version not in profiled:  # once per incumbent: an ncu run takes seconds
+            snap = _snapshot(private, cfg.candidate.name, current.value["source"])
+            params = current.value.get("params") or {}
+            profiled.clear()
+            profiled[current.version] = profile_largest_shape(
+                cfg.task, snap, params, cfg.device, cfg.shapes
+            )
         return briefs.build_brief(
             briefs.BriefInput(
                 task=cfg.task,
@@ -391,6 +401,7 @@ def run_loop(cfg: LoopConfig, on_event: Event = _quiet) -> LoopResult:
                 ceilings=noise.get("ceilings"),
                 results=results_rows(study, ledger),
                 generation=generation,
+                profiles=profiled[current.version],
             )
         )
 

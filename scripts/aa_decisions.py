@@ -27,7 +27,14 @@ from dataclasses import asdict, replace
 import torch
 
 from baselines.stats import decide, ratio_interval
-from baselines.timer import FLUSH_MODES, GpuTimer, StoppingRule, measure_interleaved, median
+from baselines.timer import (
+    CAPTURE_SLOTS,
+    FLUSH_MODES,
+    GpuTimer,
+    StoppingRule,
+    measure_interleaved,
+    median,
+)
 from loop.tasks import load_task
 
 MIN_EFFECT = 0.005
@@ -45,32 +52,41 @@ def _load(path):
     return module
 
 
-def _runner(timer: GpuTimer, fn):
-    graph, _ = timer.capture(fn)
-    return (lambda n: timer.block(graph, n)), graph
+def _runner(timer: GpuTimer, fn, slots: int):
+    """A block function over `slots` captures of `fn` (each with its own output buffers), one
+    capture per block in turn, so no decision rests on where one capture's outputs landed."""
+    graphs = [timer.capture(fn)[0] for _ in range(slots)]
+    turn = [0]
+
+    def block(n: int) -> list[float]:
+        turn[0] += 1
+        return timer.block(graphs[turn[0] % slots], n)
+
+    return block, graphs
 
 
 def _pct(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def _decisions(timer: GpuTimer, fn_a, fn_b, count: int, rule: StoppingRule) -> dict:
-    (a, ga), (b, gb) = _runner(timer, fn_a), _runner(timer, fn_b)
+def _decisions(timer: GpuTimer, fn_a, fn_b, count: int, rule: StoppingRule, slots: int) -> dict:
+    """`count` decisions, each on fresh captures (as each evaluation captures its own)."""
     verdicts, widths, ratios, seconds = Counter(), [], [], []
     blocks, samples, reasons = [], [], Counter()
     for _ in range(count):
+        (a, ga), (b, gb) = _runner(timer, fn_a, slots), _runner(timer, fn_b, slots)
         start = time.perf_counter()
         result = measure_interleaved([a, b], rule)
         interval = ratio_interval(*result.medians)
         verdict = decide(interval, MIN_EFFECT)
         seconds.append(time.perf_counter() - start)
+        del ga, gb
         verdicts[verdict] += 1
         ratios.append(interval.ratio)
         widths.append((interval.ci_high - interval.ci_low) / 2 / interval.ratio)
         blocks.append(result.blocks)
         samples.append(result.samples_per_block)
         reasons[result.stop_reason] += 1
-    del ga, gb
     for xs in (seconds, widths, ratios, blocks):
         xs.sort()
     return {
@@ -90,8 +106,8 @@ def _decisions(timer: GpuTimer, fn_a, fn_b, count: int, rule: StoppingRule) -> d
     }
 
 
-def _truth(timer: GpuTimer, fn_a, fn_b) -> dict:
-    (a, ga), (b, gb) = _runner(timer, fn_a), _runner(timer, fn_b)
+def _truth(timer: GpuTimer, fn_a, fn_b, slots: int) -> dict:
+    (a, ga), (b, gb) = _runner(timer, fn_a, slots), _runner(timer, fn_b, slots)
     result = measure_interleaved([a, b], TRUTH_RULE)
     interval = ratio_interval(*result.medians)
     del ga, gb
@@ -113,7 +129,7 @@ def _flush_check(device: str) -> dict:
     out = {}
     for mode in FLUSH_MODES:
         timer = GpuTimer(device, flush=mode)
-        run, graph = _runner(timer, lambda: torch.mul(src, 1.0, out=dst))
+        run, graph = _runner(timer, lambda: torch.mul(src, 1.0, out=dst), 1)
         run(50)
         out[mode] = median([median(run(100)) for _ in range(5)]) * 1e6
         del graph
@@ -134,6 +150,15 @@ def main() -> None:
     )
     ap.add_argument("--compare-decisions", type=int, default=50)
     ap.add_argument("--bias-decisions", type=int, default=3)
+    ap.add_argument(
+        "--slots", type=int, default=CAPTURE_SLOTS, help="captures per kernel, one per block"
+    )
+    ap.add_argument(
+        "--compare-slots",
+        type=int,
+        default=1,
+        help="also the power decisions with this many captures (0: skip)",
+    )
     ap.add_argument(
         "--rule", default="{}", help='JSON overrides of StoppingRule, e.g. {"min_blocks": 20}'
     )
@@ -171,21 +196,28 @@ def main() -> None:
     print("rule", result["rule"], "timer", result["timer"], flush=True)
     result["flush_check"] = _flush_check("cuda")
     print("flush check", result["flush_check"], flush=True)
-    result["aa"] = _decisions(timer, fn_base, fn_base, args.aa, rule)
+    result["slots"] = args.slots
+    result["aa"] = _decisions(timer, fn_base, fn_base, args.aa, rule, args.slots)
     print("A/A", result["aa"], flush=True)
     # ratio_interval(a, b) is a's time over b's: the longer B reads as "slower" below 1.
-    result["more_rows"] = _decisions(timer, fn_base, fn_more, args.slow, rule)
+    result["more_rows"] = _decisions(timer, fn_base, fn_more, args.slow, rule, args.slots)
     print(f"{args.extra_rows_pct}% more rows", result["more_rows"], flush=True)
-    result["truth"] = {args.flush: _truth(timer, fn_base, fn_more)}
+    if args.compare_slots and args.compare_slots != args.slots:
+        result["more_rows_other_slots"] = {
+            "slots": args.compare_slots,
+            **_decisions(timer, fn_base, fn_more, args.slow, rule, args.compare_slots),
+        }
+        print(f"more rows, {args.compare_slots} slot(s)", result["more_rows_other_slots"])
+    result["truth"] = {args.flush: _truth(timer, fn_base, fn_more, args.slots)}
     print("truth", args.flush, result["truth"][args.flush], flush=True)
     result["compare_flush"] = {}
     for mode in others:
         other = GpuTimer("cuda", flush=mode)
-        result["truth"][mode] = _truth(other, fn_base, fn_more)
+        result["truth"][mode] = _truth(other, fn_base, fn_more, args.slots)
         print("truth", mode, result["truth"][mode], flush=True)
         if args.compare_decisions:
             result["compare_flush"][mode] = _decisions(
-                other, fn_base, fn_more, args.compare_decisions, rule
+                other, fn_base, fn_more, args.compare_decisions, rule, args.slots
             )
             print("more rows,", mode, result["compare_flush"][mode], flush=True)
         del other
@@ -198,6 +230,7 @@ def main() -> None:
             lambda a=xs, b=ws: kernel(a, b, **PARAMS),
             args.bias_decisions,
             rule,
+            args.slots,
         )
         print(shape.name, bias[shape.name], flush=True)
         del xs, ws

@@ -54,7 +54,7 @@ for stage in "$@"; do
         PYTHON=python3 timeout "$(limit "${ALLREDUCE_TIMEOUT:-240}")" bash scripts/bench_allreduce_gpu.sh "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | tail -40
         ;;
     profile)
-        timeout "$(limit 120)" ncu --csv --print-units base --target-processes all \
+        timeout "$(limit 120)" ncu --clock-control none --csv --print-units base --target-processes all \
             --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis \
             -k regex:rmsnorm --launch-skip 1 -c 1 python3 -c "
 import importlib, torch

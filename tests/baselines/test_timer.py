@@ -30,7 +30,7 @@ def test_cpu_block_measures_each_call() -> None:
     assert all(s >= 0.002 for s in samples)
 
 
-def test_interleaving_alternates_order_and_respects_max_blocks() -> None:
+def test_interleaving_pairs_each_random_order_with_its_reverse() -> None:
     calls: list[str] = []
 
     def runner(name: str):
@@ -40,10 +40,16 @@ def test_interleaving_alternates_order_and_respects_max_blocks() -> None:
 
         return run
 
-    rule = StoppingRule(samples_per_block=2, min_blocks=4, max_blocks=4, warmup=1)
-    medians = run_interleaved([runner("A"), runner("B")], rule)
-    assert medians == [[1.0] * 4, [1.0] * 4]
-    assert calls[2:] == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    names = ["A", "B", "C"]
+    rule = StoppingRule(samples_per_block=2, min_blocks=40, max_blocks=40, warmup=1)
+    medians = run_interleaved([runner(x) for x in names], rule)
+    assert medians == [[1.0] * 40] * 3
+    rounds = [calls[3 + 3 * r : 6 + 3 * r] for r in range(40)]
+    assert all(sorted(r) == names for r in rounds)
+    assert all(rounds[r + 1] == rounds[r][::-1] for r in range(0, 40, 2))
+    # Over 20 pairs the first runner of a pair is not always the same one, so no runner always
+    # follows the same neighbour (a fixed ABBA order would give one first runner only).
+    assert len({rounds[r][0] for r in range(0, 40, 2)}) > 1
 
 
 def test_throttled_blocks_are_measured_again() -> None:

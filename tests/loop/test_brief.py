@@ -3,6 +3,7 @@ source, results, hardware notes for the detected generation, model notes and the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from loop.brief import (
     model_family,
     read_ideas,
 )
+from loop.profiler import ProfileResult, parse_ncu_csv
 from loop.reasons import CODES
 from loop.tasks import load_task
 
@@ -101,3 +103,62 @@ def test_brief_on_the_cpu_says_no_gpu() -> None:
     task = load_task("rmsnorm")
     text = build_brief(BriefInput(task, "cpu", "c.py", "x = 1\n", {}))
     assert "no GPU detected" in text and "(none given" in text and "(no experiments yet)" in text
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ncu-rmsnorm-h200.csv"
+
+
+def _profiled_brief(profiles: dict[str, ProfileResult] | None) -> str:
+    task = load_task("rmsnorm")
+    shape = task.shapes("cuda")[-1]
+    return build_brief(
+        BriefInput(
+            task=task,
+            device="cuda",
+            candidate_name="mine.py",
+            source="def kernel(*a):\n    return a[0]\n",
+            params={},
+            medians_s={shape.name: 3e-4},
+            ceilings=H200,
+            generation="hopper",
+            profiles=profiles,
+        )
+    )
+
+
+def test_brief_shows_the_profiler_counters_of_the_current_best() -> None:
+    kernels = parse_ncu_csv(FIXTURE.read_text())
+    shape = "long-131072x7168"
+    text = _profiled_brief({shape: ProfileResult(shape, True, kernels=kernels)})
+    line = next(x for x in text.splitlines() if "`_rmsnorm_rows`" in x)
+    for expected in (
+        "DRAM 84.7 % of peak (4.07 TB/s)",
+        "L2 hit 51 %",
+        "L1 hit 33 %",
+        "achieved occupancy 23.8 % (theoretical 25 %)",
+        "compute 44 %",
+        "occupancy limited by registers (4 blocks/SM)",
+        "no register spills",
+        "grid 32768, block 128, 224.7 us",
+    ):
+        assert expected in line
+    assert f"- `{shape}`: 1 kernel(s) per call" in text
+    # Beside the shapes table, before the source.
+    assert text.index(f"| {shape} ") < text.index("`_rmsnorm_rows`") < text.index("```python")
+
+
+def test_brief_says_why_there_are_no_counters() -> None:
+    reason = "ncu failed: ==ERROR== LibraryNotLoaded"
+    text = _profiled_brief({"long-131072x7168": ProfileResult("long-131072x7168", False, reason)})
+    assert f"- `long-131072x7168`: no profiler counters ({reason})." in text
+    assert "achieved occupancy" not in text
+    assert "was not profiled in this run" in _profiled_brief(None)
+
+
+def test_only_the_longest_kernels_are_shown() -> None:
+    [k] = parse_ncu_csv(FIXTURE.read_text())
+    kernels = [replace(k, name=f"k{i}", duration_ns=float(i)) for i in range(5)]
+    text = _profiled_brief({"s": ProfileResult("s", True, kernels=kernels)})
+    assert "5 kernel(s) per call, the 3 longest shown" in text
+    shown = [x for x in text.splitlines() if x.startswith("  - `k")]
+    assert [x.split("`")[1] for x in shown] == ["k4", "k3", "k2"]

@@ -188,7 +188,8 @@ def test_killed_loop_resumes_without_loss_or_repeat(tmp_path: Path) -> None:
         if tsv.exists() and len(tsv.read_text().splitlines()) >= 2:  # header + one experiment
             break
         time.sleep(0.1)
-    time.sleep(1.5)  # into the middle of the next experiment
+    # At once: the next experiment has just been claimed and is being evaluated (a pause here
+    # would let a fast evaluator finish every step before the kill).
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = [
