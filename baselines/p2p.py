@@ -9,12 +9,22 @@ sizes from 4 KiB to 1 GiB; bus bandwidth = algorithm bandwidth x 2(n-1)/n, as nc
 
 Timing is `baselines.timer`'s: graph replays (several ops per graph, so per-op figures are the
 replay time over the op count) where capture works, else the host clock around a synchronised
-call, said in a note. Every rank runs the same fixed number of blocks (a collective cannot stop
-early on one rank), and an all-reduce block's time is the slowest rank's.
+call, said in a one-line note. Every rank runs the same fixed number of blocks (a collective
+cannot stop early on one rank), and an all-reduce block's time is the slowest rank's.
+
+One process sees every GPU here, so each capture uses a stream of the device being timed: torch's
+default capture stream is made once, on whichever device captured first, and a later capture
+"on" another GPU would run there while that GPU's events time an empty stream (the impossible
+90 TB/s figures of the first H200 run). A cross-device `copy_` makes torch put barriers on both
+devices' current streams; the destination's stream is forked from and joined to the capture so
+the barriers stay inside the graph. Physical check: every GPU's own copy bandwidth and latency
+are measured first (`LocalResult`); a peer bandwidth above the faster of the two GPUs' own copy
+bandwidth, or a peer latency below half the slower one's own, is dropped with a note.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -63,6 +73,31 @@ def fixed_rule(blocks: int, samples: int) -> StoppingRule:
 
 
 @dataclass(frozen=True)
+class LocalResult:
+    """One GPU's own copy figures, the physical bounds of its peer figures."""
+
+    device: int
+    metrics: list[Metric]
+    notes: list[str] = field(default_factory=list)
+    host_clock: list[str] = field(default_factory=list)  # metrics timed without a graph
+
+    def bound(self, name: str) -> float | None:
+        """Metric `name` as a physical bound: None when absent or timed on the host clock (its
+        launch and synchronisation overheads would make it a false bound)."""
+        if name in self.host_clock:
+            return None
+        return next((m.value for m in self.metrics if m.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "notes": list(self.notes),
+            "host_clock": list(self.host_clock),
+        }
+
+
+@dataclass(frozen=True)
 class PairResult:
     src: int
     dst: int
@@ -103,6 +138,7 @@ class P2PResult:
     pairs: list[PairResult]
     allreduce: list[AllReducePoint]
     backend: str
+    local: list[LocalResult] = field(default_factory=list)
     topology: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     versions: dict[str, str | None] = field(default_factory=dict)
@@ -120,6 +156,7 @@ class P2PResult:
             "duration_s": self.duration_s,
             "versions": dict(self.versions),
             "topology": self.topology,
+            "local": [r.to_dict() for r in self.local],
             "pairs": [p.to_dict() for p in self.pairs],
             "allreduce": [p.to_dict() for p in self.allreduce],
             "notes": list(self.notes),
@@ -151,6 +188,37 @@ def _copy_kernel():
     return launch_copy
 
 
+def short_error(exc: BaseException, limit: int = 160) -> str:
+    """One line for a note: the exception's type and first line, plus the CUDA error name when
+    the message carries one further down (torch's CUDA errors span several lines)."""
+    text = str(exc)
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    code = re.search(r"cudaError\w+", text)
+    if code and code.group(0) not in line:
+        line = f"{line} ({code.group(0)})"
+    out = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def _capture(device: torch.device, fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """`GpuTimer.capture` with the capture stream on `device` (see the module docstring)."""
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
+            fn()
+        torch.cuda.synchronize(device)
+    except Exception as exc:
+        raise CaptureError(short_error(exc)) from exc
+    return graph
+
+
 class _PairTimer:
     """Times callables on one device: graph replays of `ops` calls, else the host clock."""
 
@@ -160,6 +228,7 @@ class _PairTimer:
         self.rule = rule
         self.notes = notes
         self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.host_clock: list[str] = []
 
     def per_op(self, label: str, fn: Callable[[], object], ops: int) -> list[float]:
         def burst() -> None:
@@ -168,19 +237,31 @@ class _PairTimer:
 
         with torch.cuda.device(self.device):
             try:
-                graph, _ = self.timer.capture(burst)
+                graph = _capture(self.device, burst)
                 self.graphs.append(graph)
                 runner = lambda n: self.timer.block(graph, n)  # noqa: E731
             except CaptureError as err:
                 self.notes.append(f"{label}: timed on the host clock (no graph capture: {err})")
+                self.host_clock.append(label)
 
                 def synced() -> None:
                     burst()
-                    torch.cuda.synchronize()
+                    torch.cuda.synchronize(self.device)
 
                 runner = lambda n: cpu_block(synced, n)  # noqa: E731
             medians = run_interleaved([runner], self.rule)[0]
         return [m / ops for m in medians]
+
+
+def _cross_copy(dst: torch.Tensor, src: torch.Tensor, dst_stream: torch.cuda.Stream) -> None:
+    """`dst.copy_(src)` issued from src's current stream, with dst's current stream forked from
+    it and joined back: inside a capture, torch's barrier on dst's stream is then captured too
+    (on dst's default stream it invalidates the capture)."""
+    here = torch.cuda.current_stream(src.device)
+    dst_stream.wait_stream(here)
+    with torch.cuda.stream(dst_stream), torch.cuda.stream(here):
+        dst.copy_(src)
+    here.wait_stream(dst_stream)
 
 
 def _enable_peer(src: int, dst: int) -> None:
@@ -191,48 +272,132 @@ def _enable_peer(src: int, dst: int) -> None:
     torch.cuda.synchronize(src)
 
 
-def measure_pair(src: int, dst: int, quick: bool) -> PairResult:
-    """Bandwidths and latencies from GPU `src` to GPU `dst` (both visible to this process)."""
+def _rule(quick: bool) -> StoppingRule:
+    return fixed_rule(5 if quick else 15, 3)
+
+
+def _nbytes(quick: bool) -> int:
+    return (64 if quick else 256) * MiB
+
+
+def measure_local(device: int, quick: bool) -> LocalResult:
+    """GPU `device` copying within its own memory: copy-engine and SM bandwidth and latency."""
     notes: list[str] = []
+    nbytes = _nbytes(quick)
+    a = torch.empty(nbytes // 4, dtype=torch.float32, device=f"cuda:{device}").uniform_()
+    b = torch.empty_like(a)
+    timer = _PairTimer(device, _rule(quick), notes)
+    gbps = [nbytes / t / 1e9 for t in timer.per_op("ce_bandwidth", lambda: b.copy_(a), 1)]
+    metrics = [_metric("ce_bandwidth", "GB/s", gbps, True, f"copy engine {device}->{device}")]
+    tiny_a, tiny_b = a[:1], b[:1]
+    lat = timer.per_op("ce_latency", lambda: tiny_b.copy_(tiny_a), 50)
+    metrics.append(_metric("ce_latency", "us", [t * 1e6 for t in lat], False, "4 B local copy"))
+    try:
+        copy = _copy_kernel()
+    except ImportError as err:
+        notes.append(f"SM copies skipped: triton not importable: {err}")
+        return LocalResult(device, metrics, notes, timer.host_clock)
+    times = timer.per_op("sm_bandwidth", lambda: copy(a, b), 1)
+    metrics.append(
+        _metric("sm_bandwidth", "GB/s", [nbytes / t / 1e9 for t in times], True, "SM local copy")
+    )
+    lat = timer.per_op("sm_latency", lambda: copy(tiny_a, tiny_b), 50)
+    metrics.append(
+        _metric("sm_latency", "us", [t * 1e6 for t in lat], False, "1-element local store")
+    )
+    return LocalResult(device, metrics, notes, timer.host_clock)
+
+
+_LATENCY_FLOOR = 0.5  # a peer latency below half the GPUs' own is a timing fault
+
+
+def physical_check(
+    metrics: list[Metric], src: LocalResult, dst: LocalResult
+) -> tuple[list[Metric], list[str]]:
+    """Drop the peer figures no link can produce: a bandwidth above the faster GPU's own copy
+    bandwidth (copy engine or SM), or a latency below half the slower GPU's own latency of the
+    same kind. Returns the metrics kept and a note per metric dropped."""
+    kept, notes = [], []
+    for m in metrics:
+        kind = "ce" if m.name.startswith("ce_") else "sm"
+        if m.unit == "GB/s":
+            bounds = [
+                v
+                for r in (src, dst)
+                for v in (r.bound("ce_bandwidth"), r.bound("sm_bandwidth"))
+                if v is not None
+            ]
+            if bounds and m.value > max(bounds):
+                notes.append(
+                    f"{m.name} {m.title}: {m.value:.0f} GB/s is above the GPUs' own copy "
+                    f"bandwidth ({max(bounds):.0f} GB/s): not physical, not reported"
+                )
+                continue
+        elif m.unit == "us":
+            bounds = [v for r in (src, dst) if (v := r.bound(f"{kind}_latency")) is not None]
+            if bounds and m.value < _LATENCY_FLOOR * max(bounds):
+                notes.append(
+                    f"{m.name} {m.title}: {m.value:.3g} us is below half the GPUs' own "
+                    f"({max(bounds):.3g} us): not physical, not reported"
+                )
+                continue
+        kept.append(m)
+    return kept, notes
+
+
+def measure_pair(
+    src: int, dst: int, quick: bool, local: dict[int, LocalResult] | None = None
+) -> PairResult:
+    """Bandwidths and latencies from GPU `src` to GPU `dst` (both visible to this process);
+    figures that fail `physical_check` against `local` (measured here when not given) are
+    dropped with a note."""
+    notes: list[str] = []
+    local = dict(local or {})
+    for d in (src, dst):
+        if d not in local:
+            local[d] = measure_local(d, quick)
     access = bool(torch.cuda.can_device_access_peer(src, dst))
-    rule = fixed_rule(5 if quick else 15, 3)
-    nbytes = (64 if quick else 256) * MiB
+    rule = _rule(quick)
+    nbytes = _nbytes(quick)
     a = torch.empty(nbytes // 4, dtype=torch.float32, device=f"cuda:{src}").uniform_()
     b = torch.empty(nbytes // 4, dtype=torch.float32, device=f"cuda:{dst}")
     metrics = []
+    if access:
+        _enable_peer(src, dst)
+        _enable_peer(dst, src)
+    dst_stream = torch.cuda.Stream(dst)
     on_src = _PairTimer(src, rule, notes)
-    gbps = [nbytes / t / 1e9 for t in on_src.per_op("ce_bandwidth", lambda: b.copy_(a), 1)]
+    times = on_src.per_op("ce_bandwidth", lambda: _cross_copy(b, a, dst_stream), 1)
+    gbps = [nbytes / t / 1e9 for t in times]
     metrics.append(_metric("ce_bandwidth", "GB/s", gbps, True, f"copy engine {src}->{dst}"))
     tiny_a, tiny_b = a[:1], b[:1]
-    lat = on_src.per_op("ce_latency", lambda: tiny_b.copy_(tiny_a), 50)
+    lat = on_src.per_op("ce_latency", lambda: _cross_copy(tiny_b, tiny_a, dst_stream), 50)
     metrics.append(
         _metric("ce_latency", "us", [t * 1e6 for t in lat], False, f"4 B copy {src}->{dst}")
     )
     if not access:
         notes.append(f"no peer access {src}->{dst}: SM copies skipped, copies staged by host")
-        return PairResult(src, dst, access, metrics, notes)
-    try:
-        copy = _copy_kernel()
-    except ImportError as err:
-        notes.append(f"SM copies skipped: triton not importable: {err}")
-        return PairResult(src, dst, access, metrics, notes)
-    _enable_peer(src, dst)
-    _enable_peer(dst, src)
-    on_dst = _PairTimer(dst, rule, notes)
-    pull = on_dst.per_op("sm_pull_bandwidth", lambda: copy(a, b), 1)
-    push = on_src.per_op("sm_push_bandwidth", lambda: copy(a, b), 1)
-    for name, times, title in (
-        ("sm_pull_bandwidth", pull, f"SM pull: kernel on {dst} reads {src}"),
-        ("sm_push_bandwidth", push, f"SM push: kernel on {src} writes {dst}"),
-    ):
-        metrics.append(_metric(name, "GB/s", [nbytes / t / 1e9 for t in times], True, title))
-    store = on_src.per_op("sm_latency", lambda: copy(tiny_a, tiny_b), 50)
-    metrics.append(
-        _metric(
-            "sm_latency", "us", [t * 1e6 for t in store], False, f"1-element store {src}->{dst}"
-        )
-    )
-    return PairResult(src, dst, access, metrics, notes)
+    else:
+        try:
+            copy = _copy_kernel()
+        except ImportError as err:
+            notes.append(f"SM copies skipped: triton not importable: {err}")
+            copy = None
+        if copy is not None:
+            on_dst = _PairTimer(dst, rule, notes)
+            pull = on_dst.per_op("sm_pull_bandwidth", lambda: copy(a, b), 1)
+            push = on_src.per_op("sm_push_bandwidth", lambda: copy(a, b), 1)
+            for name, times, title in (
+                ("sm_pull_bandwidth", pull, f"SM pull: kernel on {dst} reads {src}"),
+                ("sm_push_bandwidth", push, f"SM push: kernel on {src} writes {dst}"),
+            ):
+                gbps = [nbytes / t / 1e9 for t in times]
+                metrics.append(_metric(name, "GB/s", gbps, True, title))
+            store = on_src.per_op("sm_latency", lambda: copy(tiny_a, tiny_b), 50)
+            us = [t * 1e6 for t in store]
+            metrics.append(_metric("sm_latency", "us", us, False, f"1-element store {src}->{dst}"))
+    kept, dropped = physical_check(metrics, local[src], local[dst])
+    return PairResult(src, dst, access, kept, notes + dropped)
 
 
 # --- all-reduce (one process per GPU) -------------------------------------------------------
@@ -359,11 +524,17 @@ def run_p2p_suite(
     if len(devices) < 2:
         result.notes.append(f"peer-to-peer needs two or more GPUs; torch sees {count}")
     else:
+        local = {}
+        for d in devices:
+            say(f"p2p: GPU {d} own copies")
+            local[d] = measure_local(d, quick)
+            result.local.append(local[d])
+            torch.cuda.empty_cache()
         for src in devices:
             for dst in devices:
                 if src != dst:
                     say(f"p2p: GPU {src} -> GPU {dst}")
-                    result.pairs.append(measure_pair(src, dst, quick))
+                    result.pairs.append(measure_pair(src, dst, quick, local))
                     torch.cuda.empty_cache()
         if allreduce:
             if devices != list(range(len(devices))):

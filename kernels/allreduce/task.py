@@ -117,7 +117,12 @@ DIST_PEERS = {"nccl": (nccl_setup, nccl)}
 PEERS = {}  # single-process peers: none (an all-reduce needs its ranks)
 
 DIST_CANDIDATES = {
-    "cuda": ["triton_one_shot.py", "triton_two_shot.py", "torch_allgather_sum.py"],
+    "cuda": [
+        "triton_one_shot.py",
+        "triton_one_shot_epoch.py",
+        "triton_two_shot.py",
+        "torch_allgather_sum.py",
+    ],
     "cpu": ["torch_allgather_sum.py"],
 }
 CANDIDATES: dict[str, list[str]] = {"cuda": [], "cpu": []}

@@ -14,12 +14,16 @@ import torch
 
 from baselines.multiprocess import SAFE_ENV, LaunchError, RankContext, child_env, launch
 from baselines.p2p import (
+    LocalResult,
     allreduce_sizes,
     bus_bandwidth,
     combine_ranks,
     measure_allreduce,
+    physical_check,
     run_p2p_suite,
+    short_error,
 )
+from baselines.suite import Metric
 
 TWO_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= 2
 
@@ -40,6 +44,67 @@ def test_bus_bandwidth_is_nccl_tests_convention() -> None:
 
 def test_a_collective_block_is_the_slowest_rank() -> None:
     assert combine_ranks([[1.0, 5.0], [2.0, 3.0]]) == [2.0, 5.0]
+
+
+def _m(name: str, unit: str, value: float) -> Metric:
+    return Metric(name, unit, value, value, value, 5, unit == "GB/s", f"{name} 0->1")
+
+
+def _local(device: int, ce_bw: float, sm_bw: float, ce_us: float, sm_us: float) -> LocalResult:
+    return LocalResult(
+        device,
+        [
+            _m("ce_bandwidth", "GB/s", ce_bw),
+            _m("sm_bandwidth", "GB/s", sm_bw),
+            _m("ce_latency", "us", ce_us),
+            _m("sm_latency", "us", sm_us),
+        ],
+    )
+
+
+def test_physical_check_drops_figures_no_link_can_produce() -> None:
+    src, dst = _local(0, 1800.0, 2400.0, 6.0, 1.0), _local(1, 1700.0, 2300.0, 7.0, 1.1)
+    measured = [
+        _m("ce_bandwidth", "GB/s", 365.0),
+        _m("sm_pull_bandwidth", "GB/s", 90200.0),  # the first H200 run's timing fault
+        _m("sm_push_bandwidth", "GB/s", 370.0),
+        _m("ce_latency", "us", 18.0),
+        _m("sm_latency", "us", 0.06),
+    ]
+    kept, notes = physical_check(measured, src, dst)
+    assert [m.name for m in kept] == ["ce_bandwidth", "sm_push_bandwidth", "ce_latency"]
+    assert len(notes) == 2
+    assert "sm_pull_bandwidth" in notes[0] and "2400 GB/s" in notes[0]
+    assert "sm_latency" in notes[1] and "not reported" in notes[1]
+    assert all("\n" not in n for n in notes)
+
+
+def test_physical_check_without_local_figures_keeps_everything() -> None:
+    measured = [_m("sm_pull_bandwidth", "GB/s", 90200.0), _m("sm_latency", "us", 0.06)]
+    kept, notes = physical_check(measured, LocalResult(0, []), LocalResult(1, []))
+    assert kept == measured and notes == []
+
+
+def test_host_clock_local_figures_are_no_bound() -> None:
+    slow = _local(0, 1800.0, 2400.0, 6.0, 20.0)
+    timed_on_host = LocalResult(0, slow.metrics, host_clock=["sm_latency"])
+    measured = [_m("sm_latency", "us", 1.2)]
+    assert physical_check(measured, slow, slow)[0] == []
+    assert physical_check(measured, timed_on_host, timed_on_host) == (measured, [])
+
+
+def test_short_error_is_one_line_with_the_cuda_error_name() -> None:
+    message = (
+        "CUDA error: operation failed due to a previous error during capture\n"
+        "Search for `cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com/cuda/...\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    )
+    line = short_error(RuntimeError(message))
+    assert "\n" not in line and len(line) <= 160
+    assert line.startswith("RuntimeError: CUDA error: operation failed")
+    assert "cudaErrorStreamCaptureInvalidated" in line
+    assert short_error(ValueError()) == "ValueError"
+    assert len(short_error(ValueError("x" * 500))) == 160
 
 
 def test_child_env_forces_multicast_off_and_sets_ranks() -> None:
@@ -114,10 +179,14 @@ def test_suite_without_two_gpus_says_why() -> None:
 def test_suite_on_two_gpus() -> None:
     result = run_p2p_suite(quick=True, devices=[0, 1], sizes=[4096, 2**20])
     assert {(p.src, p.dst) for p in result.pairs} == {(0, 1), (1, 0)}
+    assert {r.device for r in result.local} == {0, 1}
     for pair in result.pairs:
         names = {m.name for m in pair.metrics}
-        assert {"ce_bandwidth", "ce_latency"} <= names
+        assert {"ce_bandwidth", "ce_latency"} <= names, pair.notes
         if pair.peer_access:
-            assert {"sm_pull_bandwidth", "sm_push_bandwidth", "sm_latency"} <= names
+            assert {"sm_pull_bandwidth", "sm_push_bandwidth", "sm_latency"} <= names, pair.notes
+        assert not any("not physical" in n for n in pair.notes), pair.notes
+        assert not any(n.startswith("sm_") and "host clock" in n for n in pair.notes)
+        assert all("\n" not in n for n in pair.notes), pair.notes
     assert [p.nbytes for p in result.allreduce] == [4096, 2**20]
     assert all(p.busbw_gbps > 0 for p in result.allreduce)
