@@ -1,19 +1,13 @@
-"""The evaluator's parent side: static checks, then a worker process per evaluation with time and
-memory limits; whatever the worker does, the parent gets a verdict with stable reason codes.
+"""The evaluator's parent side: static checks, then the evaluation in a worker process (kept for
+the next evaluation, loop/worker_pool.py) with time and memory limits; whatever the worker does,
+the parent gets a verdict with stable reason codes.
 
 `verify` checks correctness only; `bench` also times the candidates and the peers, interleaved.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import resource
 import secrets
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,6 +17,7 @@ from baselines.stats import summarize
 from loop.guards import check_source
 from loop.reasons import Reason, reason
 from loop.tasks import Task
+from loop.worker_pool import ask, harness_env, prestart_worker  # noqa: F401 (re-exported)
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_CPU_MEMORY_BYTES = 12 * 2**30
@@ -81,8 +76,10 @@ class Evaluation:
     verdicts: list[Verdict]
     ceilings: dict | None
     seconds: float
-    # Where the worker's time went: harness import, verification, timing (seconds).
+    # Where the worker's time went: harness import, verification, timing (seconds); and
+    # `worker_reused`: whether a worker kept from an earlier evaluation served this one.
     phases: dict = field(default_factory=dict)
+    worker_pid: int | None = None  # the worker process that served it (None: none was needed)
 
     def by_label(self, label: str) -> Verdict:
         return next(v for v in self.verdicts if v.label == label)
@@ -239,6 +236,7 @@ def evaluate(
         worker_result.get("ceilings"),
         time.monotonic() - started,
         worker_result.get("phases") or {},
+        worker_result.get("worker_pid"),
     )
 
 
@@ -262,14 +260,6 @@ def _to_verdict(raw, label, kind, params, failure: Reason | None, language) -> V
     return Verdict(label, kind, params, not reasons, reasons, shapes, language)
 
 
-def _limit_memory(nbytes: int):
-    def apply() -> None:
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
-
-    return apply
-
-
 def _backstop_s(request: dict, limits: Limits) -> float:
     """The whole worker's limit: every child may use its own, timing may be retried."""
     children = len(request["candidates"]) + 1
@@ -279,61 +269,17 @@ def _backstop_s(request: dict, limits: Limits) -> float:
 
 
 def _run_worker(request: dict, device: str, limits: Limits) -> tuple[dict, Reason | None]:
-    read_fd, write_fd = os.pipe()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_SECRET")}
+    """The worker's result for `request` (with `worker_reused` among its phases and the worker's
+    pid), or why there is none."""
     # The harness comes from this copy, never from a candidate's folder or the current directory:
-    # -P keeps the working directory off sys.path, PYTHONPATH names this copy first.
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(HARNESS_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    )
-    # The worker forks a child per candidate, so it must never initialise CUDA itself; this keeps
-    # torch.cuda.is_available() (should anything call it) from doing so.
-    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    # the worker runs with -P, and PYTHONPATH names this copy first.
+    env = harness_env(HARNESS_ROOT)
+    request = {**request, "cpu_memory_bytes": limits.cpu_memory_bytes}
     # CUDA maps far more virtual memory than it uses, so an address-space limit only fits the CPU.
-    preexec = _limit_memory(limits.cpu_memory_bytes) if device == "cpu" else os.setsid
-    backstop = _backstop_s(request, limits)
-    with tempfile.TemporaryDirectory(prefix="autotune-worker-") as cwd:
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "loop.worker", str(write_fd)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            pass_fds=(write_fd,),
-            env=env,
-            cwd=cwd,
-            preexec_fn=preexec,
-        )
-        os.close(write_fd)
-        timed_out = False
-        try:
-            _, stderr = proc.communicate(json.dumps(request).encode(), timeout=backstop)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc.pid)
-            _, stderr = proc.communicate()
-        _kill_group(proc.pid)  # whatever a child left behind (compiler workers, say)
-    with os.fdopen(read_fd) as pipe:
-        raw = pipe.read()
-    tail = stderr.decode(errors="replace")[-800:]
-    if timed_out:
-        return {}, reason("timeout", f"the worker ran past {backstop:.0f} s")
-    try:
-        result = json.loads(raw)
-    except json.JSONDecodeError:
-        if "MemoryError" in tail or "out of memory" in tail.lower() or proc.returncode == -9:
-            return {}, reason(
-                "out-of-memory", f"worker exited {proc.returncode}: {tail.strip()[-300:]}"
-            )
-        return {}, reason(
-            "crash", f"worker exited {proc.returncode} without a result: {tail.strip()[-300:]}"
-        )
-    if result.get("nonce") != request["nonce"]:
-        return {}, reason("crash", "the worker's result did not carry this evaluation's nonce")
-    if "error" in result:
-        return {}, reason("crash", f"harness error in the worker: {result['error']}")
-    return result, None
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    memory = limits.cpu_memory_bytes if device == "cpu" else None
+    with tempfile.TemporaryDirectory(prefix="autotune-eval-") as cwd:
+        reply = ask({**request, "cwd": cwd}, env, memory, _backstop_s(request, limits))
+    result = dict(reply.result)
+    result["phases"] = {**(result.get("phases") or {}), "worker_reused": reply.reused}
+    result["worker_pid"] = reply.worker_pid
+    return result, reply.failure

@@ -1,10 +1,9 @@
-"""The one place that loads untrusted candidate code: a worker process per evaluation, and inside
-it a forked child per candidate.
+"""The one place that loads untrusted candidate code: the worker's supervisor, which handles one
+evaluation request by forking a child per candidate (loop/worker_child.py).
 
-`python -P -m loop.worker FD` reads a JSON request on stdin and writes one JSON result to file
-descriptor FD. The request carries the secret seed, so the seed is never in the environment or on
-the command line. The worker (the supervisor) imports the harness and the timer, never a
-candidate, and never touches the GPU: it forks children that do.
+The worker process (loop/worker_serve.py) imports the harness and the timer, never a candidate,
+and never touches the GPU: the children it forks do. The request carries the secret seed, so the
+seed is never in the environment or on the command line.
 
 - Verification: each candidate in its own child (a crash, hang, exit, segfault or OOM there
   rejects that candidate and nothing else); the peers together in one more child, sharing each
@@ -22,19 +21,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import json
-import os
-import select
-import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-IMPORTED_AT = time.monotonic()
-TRITON_ON_CPU = "TRITON_INTERPRET"
+from loop.worker_child import Channel, ChildSettings, run_child
+
+CANDIDATE_MODULE_PREFIX = "autotune_candidate_"
 CPU_ROTATION = 4  # value sets cycled through the timed buffers on the CPU, one per sample
 GPU_ROTATION = 2  # on the GPU, one per block
 PERTURB_FRACTIONS = (0.02, 0.002)  # share of elements changed by each perturbed re-verification
@@ -89,6 +84,7 @@ class Context:
     torch: object
     timing: object
     reason: Callable
+    children: ChildSettings
 
 
 def _mix(secret: int, public: int, salt: int) -> int:
@@ -98,23 +94,6 @@ def _mix(secret: int, public: int, salt: int) -> int:
 
 def _verify_salt(k: int) -> int:
     return 1 if k == 0 else 1000 + k
-
-
-def main() -> int:
-    result_fd = int(sys.argv[1])
-    request = json.loads(sys.stdin.read())
-    if request["device"] == "cpu":
-        os.environ[TRITON_ON_CPU] = "1"
-    out = os.fdopen(result_fd, "w")
-    sys.stdout = sys.stderr  # whatever a candidate prints can never pass for a result
-    try:
-        result = supervise(request)
-    except BaseException as exc:  # the harness itself failed: say so, never hang the parent
-        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    result["nonce"] = request["nonce"]
-    out.write(json.dumps(result))
-    out.close()
-    return 0
 
 
 def _check_harness_origin(root: str | None) -> None:
@@ -130,7 +109,9 @@ def _check_harness_origin(root: str | None) -> None:
             raise ImportError(f"{module.__name__} was imported from {where}, not from {root}")
 
 
-def supervise(request: dict) -> dict:
+def supervise(request: dict, since: float, children: ChildSettings | None = None) -> dict:
+    """Verify (and time) one request's candidates and peers, each group in forked children.
+    `since`: when this request began importing the harness (its `harness_import_s`)."""
     _check_harness_origin(request.get("harness"))
     import torch
 
@@ -155,6 +136,7 @@ def supervise(request: dict) -> dict:
         torch,
         timing,
         reason,
+        children or ChildSettings(),
     )
     timeout = float(request.get("timeout_s", 600.0))
     if torch.cuda.is_initialized():
@@ -167,7 +149,7 @@ def supervise(request: dict) -> dict:
     peers = [Runner(name, "peer", None) for name in request.get("peers", [])]
 
     started = time.monotonic()
-    phases = {"harness_import_s": started - IMPORTED_AT}
+    phases = {"harness_import_s": started - since}
     for runner in candidates:
         _supervised(ctx, [runner], _verify_body, timeout)
     phases["verify_candidates_s"] = time.monotonic() - started
@@ -199,94 +181,6 @@ def supervise(request: dict) -> dict:
 # children
 
 
-@dataclass
-class Outcome:
-    result: dict | None
-    last_mark: tuple[str, str] | None
-    failure: str | None  # None, "timeout", "out-of-memory" or "crash"
-    message: str = ""
-
-
-class Channel:
-    """The child's end of the pipe: progress marks, then one result."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def send(self, obj: dict) -> None:
-        data = (json.dumps(obj) + "\n").encode()
-        while data:
-            data = data[os.write(self.fd, data) :]
-
-    def mark(self, label: str, shape: str) -> None:
-        self.send({"mark": [label, shape]})
-
-
-def run_child(body: Callable[[Channel], dict], timeout_s: float) -> Outcome:
-    """Run `body` in a forked child; whatever the child does, return what it said and how it
-    ended. The child never returns into the caller's code."""
-    read_fd, write_fd = os.pipe()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(read_fd)
-        status = 0
-        chan = Channel(write_fd)
-        try:
-            chan.send({"result": body(chan)})
-        except BaseException as exc:
-            status = 3
-            with contextlib.suppress(BaseException):
-                chan.send({"error": f"{type(exc).__name__}: {exc}"[:800]})
-        finally:
-            try:
-                sys.stderr.flush()
-            finally:
-                os._exit(status)
-    os.close(write_fd)
-    buf, timed_out = b"", False
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            os.kill(pid, signal.SIGKILL)
-            break
-        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
-        if ready:
-            chunk = os.read(read_fd, 1 << 20)
-            if not chunk:
-                break
-            buf += chunk
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    result, mark, error = None, None, None
-    for line in buf.decode(errors="replace").splitlines():
-        try:
-            msg = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "mark" in msg:
-            mark = tuple(msg["mark"])
-        elif "result" in msg:
-            result = msg["result"]
-        elif "error" in msg:
-            error = msg["error"]
-    if timed_out:
-        return Outcome(None, mark, "timeout", f"ran past {timeout_s:.0f} s")
-    if result is not None:
-        return Outcome(result, mark, None)
-    if error is not None:
-        oom = "MemoryError" in error or "out of memory" in error.lower()
-        return Outcome(None, mark, "out-of-memory" if oom else "crash", error)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGKILL:  # the kernel's OOM killer, or memory limits
-            return Outcome(None, mark, "out-of-memory", "killed (SIGKILL)")
-        return Outcome(None, mark, "crash", f"died of signal {signal.Signals(sig).name}")
-    return Outcome(None, mark, "crash", f"exited with status {os.WEXITSTATUS(status)}")
-
-
 def _supervised(ctx: Context, runners: list[Runner], body, timeout_s: float):
     """Run `body(ctx, runners, excluded, chan)` in a child until it finishes; each death rejects
     the runner named by the child's last mark (a peer: for that shape) and runs it again
@@ -297,7 +191,9 @@ def _supervised(ctx: Context, runners: list[Runner], body, timeout_s: float):
         live = [r for r in runners if r.ok]
         if not live:
             return None
-        outcome = run_child(lambda chan, rs=live: body(ctx, rs, excluded, chan), timeout_s)
+        outcome = run_child(
+            lambda chan, rs=live: body(ctx, rs, excluded, chan), timeout_s, ctx.children
+        )
         if outcome.result is not None:
             for raw in outcome.result["runners"]:
                 runner = by_label[raw["label"]]
@@ -419,7 +315,7 @@ def _let_compiled_peers_specialise(torch) -> None:
 
 
 def _load_candidate(path: Path, label: str):
-    name = f"autotune_candidate_{label}"
+    name = f"{CANDIDATE_MODULE_PREFIX}{label}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
@@ -636,21 +532,32 @@ def _time_shape(
         for buf, new in zip(inputs, pool[turn[0] % len(pool)], strict=True):
             buf.copy_(new)
 
-    bound = []  # (runner, block(n) -> samples, replay() -> outputs of the timed path)
+    bound = []  # (runner, block(n) -> samples, replay() -> each capture's timed outputs)
     for runner in live:
         chan.mark(runner.label, shape.name)
         try:
             if device == "cuda":
-                graph, out = timer.capture(lambda r=runner: _call(r, inputs))
+                # Several captures, one per block in turn: where one capture's outputs landed
+                # can move its time by tenths of a percent for as long as it lives.
+                slots = [
+                    timer.capture(lambda r=runner: _call(r, inputs))
+                    for _ in range(timing.CAPTURE_SLOTS)
+                ]
+                turn_of = [0]
 
-                def block(n, g=graph):
+                def block(n, slots=slots, turn_of=turn_of):
                     rotate()
-                    return timer.block(g, n)
+                    turn_of[0] += 1
+                    return timer.block(slots[turn_of[0] % len(slots)][0], n)
 
-                def replay(g=graph, o=out):
-                    g.replay()
+                def replay(slots=slots):
+                    # Every capture is checked: each timed call's outputs must be right.
+                    outs = []
+                    for graph, out in slots:
+                        graph.replay()
+                        outs.append(out)
                     torch.cuda.synchronize()
-                    return o
+                    return outs
 
             else:
 
@@ -662,7 +569,7 @@ def _time_shape(
                     return samples
 
                 def replay(r=runner):
-                    return _call(r, inputs)
+                    return [_call(r, inputs)]
 
         except timing.CaptureError as exc:
             runner.drop(
@@ -791,23 +698,23 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
                 continue
             chan.mark(runner.label, shape.name)
             try:
-                outputs.append(tuple(t.clone() for t in _as_tuple(replay())))
+                outputs.append([tuple(t.clone() for t in _as_tuple(o)) for o in replay()])
             except BaseException as exc:
                 runner.reasons.append(_classify(exc, shape.name, ctx.reason))
                 outputs.append(None)
         if all(o is None for o in outputs):
             return
         refs = _reference(ctx.task, inputs, torch)
-        for (runner, _), got in zip(checked, outputs, strict=True):
-            if got is None or not runner.ok:
+        for (runner, _), captures in zip(checked, outputs, strict=True):
+            if captures is None or not runner.ok:
                 continue
-            why, _ = _check_outputs(ctx, shape, got, refs)
-            if why is not None:
-                runner.reasons.append(
-                    ctx.reason("reverify-mismatch", f"after timing, {kind} values: {why.message}")
-                )
+            for got in captures:
+                why, _ = _check_outputs(ctx, shape, got, refs)
+                if why is not None:
+                    runner.reasons.append(
+                        ctx.reason(
+                            "reverify-mismatch", f"after timing, {kind} values: {why.message}"
+                        )
+                    )
+                    break
         del refs, outputs
-
-
-if __name__ == "__main__":
-    sys.exit(main())

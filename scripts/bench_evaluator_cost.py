@@ -46,9 +46,9 @@ def in_process(runs: int) -> dict:
     task = load_task(TASK)
     spec = CandidateSpec(task.folder / CANDIDATE)
     verify = []
-    for _ in range(runs):
+    for _ in range(runs + 1):  # the first starts the worker; the others reuse it
         ev = evaluate(task, [spec], "cuda")
-        verify.append({"seconds": ev.seconds, "phases": ev.phases})
+        verify.append({"seconds": ev.seconds, "phases": ev.phases, "worker_pid": ev.worker_pid})
     ev = evaluate(task, [spec], "cuda", time_it=True, peers=["eager"], shapes=[BENCH_SHAPE])
     rule_samples = {v.label: v.shapes[BENCH_SHAPE] for v in ev.verdicts}
     measured = sum(
@@ -86,8 +86,9 @@ def main() -> int:
         raise SystemExit(f"the candidate was rejected: {cold['reasons']}")
     detail = in_process(args.runs)
     warm_s = [w[0] for w in warm]
-    warm_eval = [w[1]["seconds"] for w in warm]
-    verify_phases = detail["verify"][-1]["phases"]
+    cli_eval = [w[1]["seconds"] for w in warm]
+    first, *again = detail["verify"]
+    verify_phases = again[-1]["phases"] if again else first["phases"]
     bench = detail["bench_one_shape"]
     result = {
         "gpu": torch.cuda.get_device_name(0),
@@ -96,7 +97,11 @@ def main() -> int:
         "cli_cold_s": cold_s,
         "cli_warm_s": warm_s,
         "cli_warm_median_s": statistics.median(warm_s),
-        "evaluate_warm_s": warm_eval,
+        "cli_evaluate_s": cli_eval,
+        "in_process_first_s": first["seconds"],
+        "in_process_first_phases": first["phases"],
+        "in_process_again_s": [v["seconds"] for v in again],
+        "worker_reused": [v["phases"].get("worker_reused") for v in again],
         "verify_phases_s": verify_phases,
         "bench": bench,
         "measurement_share_of_bench": bench["inside_measured_samples_s"] / bench["seconds"],
@@ -104,10 +109,15 @@ def main() -> int:
     print(f"{result['command']} on {result['gpu']} ({result['shapes_verified']} shapes)")
     print(f"  CLI cold (fresh Triton cache): {cold_s:.2f} s")
     print(f"  CLI warm: median {result['cli_warm_median_s']:.2f} s of {args.runs}")
-    print(f"  evaluate() warm: {', '.join(f'{s:.2f}' for s in warm_eval)} s")
+    print(f"  evaluate() inside those CLI runs: {', '.join(f'{s:.2f}' for s in cli_eval)} s")
+    print(f"  evaluate() in one process, first (starts the worker): {first['seconds']:.2f} s")
     print(
-        "  worker phases (warm verify): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in verify_phases.items())
+        f"  evaluate() in one process, again: {', '.join(f'{v:.2f}' for v in result['in_process_again_s'])} s"
+        f" (worker reused: {result['worker_reused']})"
+    )
+    print(
+        "  worker phases (last verify): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in verify_phases.items() if isinstance(v, float))
     )
     print(
         f"  bench {BENCH_SHAPE} vs eager: {bench['seconds']:.2f} s, of which "

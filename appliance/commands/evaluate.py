@@ -37,6 +37,7 @@ def verify(task: str, candidate: str, params: str | None, device: str, as_json: 
     TASK is a task name (see `autotune tasks`) or a task folder; CANDIDATE a file path, or the
     name of a file in the task folder.
     """
+    _prestart(device)
     from appliance.devices import resolve_device
     from loop.evaluator import evaluate
 
@@ -83,6 +84,7 @@ def bench(
     as_json: bool,
 ) -> None:
     """Verify CANDIDATE, then time it against the peers, interleaved, shape by shape."""
+    _prestart(device)
     from appliance.devices import resolve_device
     from baselines.stats import ratio_interval
     from loop.evaluator import evaluate
@@ -147,3 +149,12 @@ def bench(
         console.print(table)
     if not verdict.accepted:
         raise SystemExit(EXIT_REJECTED)
+
+
+def _prestart(device: str) -> None:
+    """Start the evaluator's worker first thing, so its imports (seconds) overlap this
+    command's own; with --device auto the device is not known yet, so nothing starts early."""
+    if device in ("cpu", "cuda"):
+        from loop.worker_pool import prestart_worker
+
+        prestart_worker(device)

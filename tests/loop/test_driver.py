@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import difflib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -180,7 +181,10 @@ def test_killed_loop_resumes_without_loss_or_repeat(tmp_path: Path) -> None:
         "--candidate", str(start_file(tmp_path)), "--proposer", "scripted", "--script",
         str(script), "--store", f"sqlite:///{db}", "--out", str(out), "--noise-floor", "0.05", "--no-final",
     )  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A worker per evaluation (no reuse) keeps each step seconds long, so the kill below lands
+    # inside the second step even on a loaded machine.
+    env = {**os.environ, "AUTOTUNE_WORKER_REUSE": "0"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     name = "rmsnorm/rmsnorm_rows.py/cpu/scripted:script"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
