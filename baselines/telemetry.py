@@ -185,7 +185,14 @@ def summarize_records(records: list[BlockRecord]) -> dict[str, Any]:
     meds = [t.sm_clock_median_mhz for t in last if t.sm_clock_median_mhz is not None]
     temps = [t.max_temperature_c for t in every if t.max_temperature_c is not None]
     power = [t.max_power_w for t in every if t.max_power_w is not None]
+    mems = [t.mem_clock_median_mhz for t in last if t.mem_clock_median_mhz is not None]
     return {
+        # min, median and max over the kept blocks (clocks: the blocks' medians, the lowest
+        # single reading as min; temperature and power: each block's highest reading)
+        "sm_clock_mhz": _spread(meds, low=min(mins) if mins else None),
+        "mem_clock_mhz": _spread(mems),
+        "temperature_c": _spread([t.max_temperature_c for t in last if t.max_temperature_c]),
+        "power_w": _spread([t.max_power_w for t in last if t.max_power_w is not None]),
         "blocks": len(kept),
         "remeasured_blocks": len(records) - len(kept),
         "unclean_blocks_kept": sum(not r.clean for r in kept.values()),
@@ -196,6 +203,16 @@ def summarize_records(records: list[BlockRecord]) -> dict[str, Any]:
         "reasons": sorted({name for r in records for name in r.telemetry.reasons}),
         "thermal_slowdown_blocks": sum(r.telemetry.thermal_slowdown for r in records),
         "power_slowdown_blocks": sum(r.telemetry.power_slowdown for r in records),
+    }
+
+
+def _spread(values: list[float], low: float | None = None) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {
+        "min": float(min(values) if low is None else min(low, *values)),
+        "median": float(statistics.median(values)),
+        "max": float(max(values)),
     }
 
 

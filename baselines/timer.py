@@ -60,7 +60,7 @@ class StoppingRule:
     Blocks of `samples_per_block` samples (raised so that a block's measured time is at least
     `min_block_s`, up to `max_samples_per_block`; `min_block_s=0` keeps it fixed). Stop once at
     least `min_blocks` and `min_time_s` are done and the precision target holds, or at
-    `max_blocks` / `max_time_s`. Precision: with `stop_on="ratio"` and two or more runners, the
+    `max_blocks`, or at `max_time_s` once `min_blocks` are done. Precision: with `stop_on="ratio"` and two or more runners, the
     paired bootstrap interval of every runner's ratio of medians to runner 0 has a relative
     half-width of at most `ratio_halfwidth` (blocks are paired because they are interleaved);
     with `stop_on="each"` or one runner, every runner's median is known to `rel_halfwidth`.
@@ -326,7 +326,9 @@ def measure_interleaved(
         if blocks >= rule.max_blocks:
             reason = "max_blocks"
             break
-        if elapsed >= rule.max_time_s:
+        # min_blocks is a floor even past max_time_s: with many runners or long samples a few
+        # blocks would fill the time, and three blocks give no interval worth reporting.
+        if elapsed >= rule.max_time_s and blocks >= rule.min_blocks:
             reason = "max_time"
             break
         if blocks >= next_check and elapsed >= rule.min_time_s:

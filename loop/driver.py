@@ -688,7 +688,13 @@ def _timing(result) -> dict:
 
 def telemetry_block(seen: dict) -> dict:
     """The report's per-timing telemetry from the worker's summary of its measured blocks."""
+    spreads = {
+        key: seen[key]
+        for key in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")
+        if seen.get(key)
+    }
     return {
+        **spreads,
         "throttle_reasons": list(seen.get("reasons", [])),
         "throttled_blocks": int(seen.get("thermal_slowdown_blocks", 0))
         + int(seen.get("power_slowdown_blocks", 0)),

@@ -52,6 +52,16 @@ def test_interleaving_pairs_each_random_order_with_its_reverse() -> None:
     assert len({rounds[r][0] for r in range(0, 40, 2)}) > 1
 
 
+def test_max_time_stops_only_after_min_blocks() -> None:
+    def slow(n: int) -> list[float]:
+        time.sleep(0.02)
+        return [1.0] * n
+
+    rule = StoppingRule(samples_per_block=1, min_blocks=6, max_blocks=100, max_time_s=0.001)
+    result = measure_interleaved([slow, slow], rule)
+    assert result.blocks == 6 and result.stop_reason == "max_time"
+
+
 def test_throttled_blocks_are_measured_again() -> None:
     seen = []
 

@@ -289,8 +289,17 @@ def test_the_workers_block_telemetry_becomes_the_reports_timing_telemetry() -> N
         block(1, 1500, ["sw_power_cap"], False),
         block(1, 1980, [], True),
     ]
+    records[2] = BlockRecord(
+        0, 1, BlockTelemetry(3, 0.01, 1950, 1970, 3201.0, 62, 520.0, [], False, False), True
+    )
     got = telemetry_block(summarize_records(records))
+    # Clocks over the kept blocks (block 0, and block 1's second attempt): the blocks' medians,
+    # with the lowest reading of any attempt as min; temperature and power: each block's peak.
     assert got == {
+        "sm_clock_mhz": {"min": 1500.0, "median": 1975.0, "max": 1980.0},
+        "mem_clock_mhz": {"min": 3201.0, "median": 3201.0, "max": 3201.0},
+        "temperature_c": {"min": 60.0, "median": 61.0, "max": 62.0},
+        "power_w": {"min": 500.0, "median": 510.0, "max": 520.0},
         "throttle_reasons": ["sw_power_cap"],
         "throttled_blocks": 1,
         "remeasured_blocks": 1,
