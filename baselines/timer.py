@@ -27,7 +27,9 @@ import torch
 
 from baselines.stats import paired_ratio_halfwidth, summarize
 
-_SHUFFLE = random.Random()  # seeded from the OS: orders nobody can predict
+# Drawn from the OS on every call: a forked process (the evaluator's children) inherits no state,
+# so no two measurements share an order and nobody can predict one.
+_SHUFFLE = random.SystemRandom()
 # Captures of one kernel, one replayed per block in turn: each capture's outputs land somewhere
 # else in memory, and on the H200 two captures of one kernel differed by up to 0.3 % (2 % at
 # microsecond shapes) for as long as they lived; rotating captures averages that out.

@@ -214,7 +214,12 @@ def evaluate(
         _run_worker(request, device, limits) if (to_run or peers) else ({"runners": []}, None)
     )
     verdicts = []
-    runners = {r["label"]: r for r in worker_result.get("runners", [])}
+    listed = worker_result.get("runners", [])
+    runners = {
+        r["label"]: r
+        for r in (listed if isinstance(listed, list) else [])
+        if isinstance(r, dict) and isinstance(r.get("label"), str)
+    }
     for spec in candidates:
         language, problems = pre[spec.label]
         if problems:
@@ -244,6 +249,14 @@ def _to_verdict(raw, label, kind, params, failure: Reason | None, language) -> V
     if raw is None:
         why = failure or reason("crash", "the worker returned no result for this candidate")
         return Verdict(label, kind, params, False, [why], {}, language)
+    try:
+        return _parsed_verdict(raw, label, kind, params, language)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        why = reason("crash", f"the worker's result for this candidate is malformed: {exc!r}")
+        return Verdict(label, kind, params, False, [why], {}, language)
+
+
+def _parsed_verdict(raw: dict, label, kind, params, language) -> Verdict:
     reasons = [Reason(r["code"], r["message"]) for r in raw["reasons"]]
     shapes = {
         name: ShapeResult(

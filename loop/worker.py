@@ -34,6 +34,8 @@ CPU_ROTATION = 4  # value sets cycled through the timed buffers on the CPU, one 
 GPU_ROTATION = 2  # on the GPU, one per block
 PERTURB_FRACTIONS = (0.02, 0.002)  # share of elements changed by each perturbed re-verification
 
+CAPTURE_BYTES = 1 << 30  # outputs held by one runner's captures of one shape, at most
+
 
 @dataclass
 class Runner:
@@ -328,6 +330,16 @@ def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, list | tuple) else (value,)
 
 
+def _poison_outputs(out, inputs: tuple) -> None:
+    """Overwrite a capture's outputs (NaN, or -1 for integers) before it replays, except an
+    output that is one of the inputs' buffers."""
+    taken = {t.untyped_storage().data_ptr() for t in inputs if hasattr(t, "untyped_storage")}
+    for t in _as_tuple(out):
+        if not hasattr(t, "untyped_storage") or t.untyped_storage().data_ptr() in taken:
+            continue
+        t.fill_(float("nan") if t.is_floating_point() else -1)
+
+
 def _poison_allocator(inputs: tuple, torch) -> None:
     """Fill the memory a fresh allocation would land on with NaN, so a leftover buffer shows."""
     nbytes = sum(t.numel() * t.element_size() for t in inputs if hasattr(t, "numel"))
@@ -538,10 +550,14 @@ def _time_shape(
         try:
             if device == "cuda":
                 # Several captures, one per block in turn: where one capture's outputs landed
-                # can move its time by tenths of a percent for as long as it lives.
-                slots = [
+                # can move its time by tenths of a percent for as long as it lives. Fewer when
+                # the outputs are large (their placement then averages out within one capture).
+                slots = [timer.capture(lambda r=runner: _call(r, inputs))]
+                per_capture = sum(t.numel() * t.element_size() for t in _as_tuple(slots[0][1]))
+                wanted = min(timing.CAPTURE_SLOTS, CAPTURE_BYTES // max(per_capture, 1))
+                slots += [
                     timer.capture(lambda r=runner: _call(r, inputs))
-                    for _ in range(timing.CAPTURE_SLOTS)
+                    for _ in range(max(wanted, 1) - 1)
                 ]
                 turn_of = [0]
 
@@ -551,13 +567,15 @@ def _time_shape(
                     return timer.block(slots[turn_of[0] % len(slots)][0], n)
 
                 def replay(slots=slots):
-                    # Every capture is checked: each timed call's outputs must be right.
-                    outs = []
+                    # Every capture is checked on its own, its outputs poisoned first: captures
+                    # that share one output buffer cannot pass on another capture's answer.
+                    got = []
                     for graph, out in slots:
+                        _poison_outputs(out, inputs)
                         graph.replay()
-                        outs.append(out)
-                    torch.cuda.synchronize()
-                    return outs
+                        torch.cuda.synchronize()
+                        got.append(tuple(t.clone() for t in _as_tuple(out)))
+                    return got
 
             else:
 
@@ -569,7 +587,7 @@ def _time_shape(
                     return samples
 
                 def replay(r=runner):
-                    return [_call(r, inputs)]
+                    return [tuple(t.clone() for t in _as_tuple(_call(r, inputs)))]
 
         except timing.CaptureError as exc:
             runner.drop(
@@ -698,7 +716,7 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
                 continue
             chan.mark(runner.label, shape.name)
             try:
-                outputs.append([tuple(t.clone() for t in _as_tuple(o)) for o in replay()])
+                outputs.append(replay())
             except BaseException as exc:
                 runner.reasons.append(_classify(exc, shape.name, ctx.reason))
                 outputs.append(None)

@@ -56,6 +56,8 @@ class Channel:
 
 
 def kill_group(pgid: int) -> None:
+    if pgid <= 1 or pgid == os.getpgrp():  # 0 would be the caller's own group
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
@@ -106,13 +108,17 @@ def run_child(
     # Both sides set the group, so it exists before either goes on (no race with the child).
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)
-    if settings.on_group is not None:
-        settings.on_group(pid, True)
+    buf, timed_out, status = b"", False, 0
     try:
+        if settings.on_group is not None:
+            settings.on_group(pid, True)
         buf, timed_out = _read_until_done(read_fd, pid, timeout_s)
     finally:
         os.close(read_fd)
         kill_group(pid)  # the child if it hangs, and anything it left behind
+        # The child itself too: it may have moved into another group (its parent's, say).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         if settings.on_group is not None:
             settings.on_group(pid, False)

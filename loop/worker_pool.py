@@ -56,6 +56,7 @@ class Reply:
     failure: Reason | None
     worker_pid: int
     reused: bool
+    stale: bool = False  # the answer was not to this request: the worker is not to be trusted
 
 
 class _StderrTail:
@@ -113,10 +114,11 @@ def ask(request: dict, env: dict[str, str], memory_bytes: int | None, backstop_s
     worker = _take(key) if reuse else None
     if worker is not None:
         reply = _exchange_or_stop(worker, request, backstop_s)
-        if reply is not None:
+        if reply is not None and not reply.stale:
             return _finish(worker, reply, reuse)
-        # It was gone before it started anything for this request: nothing of this evaluation
-        # ran, so a fresh worker takes the request.
+        # It was gone before it started anything for this request (nothing of this evaluation
+        # ran), or it answered another request (one a candidate of an earlier evaluation slipped
+        # into its input): a fresh worker takes the request.
         stop(worker)
     worker = _start(key, env, None if reuse else memory_bytes)
     reply = _exchange_or_stop(worker, request, backstop_s)
@@ -193,7 +195,13 @@ def _take(key: WorkerKey) -> Worker | None:
 
 
 def _finish(worker: Worker, reply: Reply, reuse: bool) -> Reply:
-    healthy = reply.failure is None and worker.proc.poll() is None and not worker.groups and reuse
+    healthy = (
+        reuse
+        and reply.failure is None
+        and not reply.result.get("stdin_injected")
+        and worker.proc.poll() is None
+        and not worker.groups
+    )
     if not healthy:
         stop(worker)
         return reply
@@ -275,19 +283,40 @@ def _exchange(worker: Worker, request: dict, backstop_s: float) -> Reply | None:
         try:
             msg = json.loads(line)
         except json.JSONDecodeError:
-            why = reason("crash", "the worker wrote something that is not JSON")
+            msg = None
+        if not isinstance(msg, dict):
+            why = reason("crash", "the worker wrote something that is not a JSON object")
             return Reply({}, why, pid, reused)
         if "group" in msg:
             started_any = True
-            (worker.groups.add if msg.get("live") else worker.groups.discard)(int(msg["group"]))
+            pgid = msg["group"]
+            if not msg.get("live"):
+                worker.groups.discard(pgid)
+            elif _is_child_group(pgid, pid):  # never kill a group the worker merely named
+                worker.groups.add(pgid)
             continue
         if msg.get("nonce") != request["nonce"]:
             why = reason("crash", "the worker's result did not carry this evaluation's nonce")
-            return Reply({}, why, pid, reused)
+            return Reply({}, why, pid, reused, stale=True)
         if "error" in msg:
             why = reason("crash", f"harness error in the worker: {msg['error']}")
             return Reply({}, why, pid, reused)
         return Reply(msg, None, pid, reused)
+
+
+def _is_child_group(pgid: object, worker_pid: int) -> bool:
+    """Whether `pgid` is a process group the worker may have started: an integer above 1, not
+    this process's own group, led (where /proc tells) by a child of the worker."""
+    if not isinstance(pgid, int) or isinstance(pgid, bool) or pgid <= 1:
+        return False
+    if pgid in (os.getpid(), os.getpgrp()):
+        return False
+    try:
+        stat = Path(f"/proc/{pgid}/stat").read_text()
+    except OSError:
+        return not Path("/proc/self").exists()  # no /proc: trust the bounds above
+    fields = stat.rsplit(")", 1)[-1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+    return len(fields) > 2 and int(fields[1]) == worker_pid and int(fields[2]) == pgid
 
 
 def _next_line(worker: Worker, deadline: float) -> tuple[bytes | None, bool]:

@@ -35,8 +35,9 @@ def main() -> int:
 
     out = Channel(result_fd)
     broken = _import_harness()
+    requests = _Requests(sys.stdin.fileno())
     while True:
-        line = sys.stdin.buffer.readline()
+        line = requests.readline()
         if not line:
             return 0
         received = time.monotonic()
@@ -53,8 +54,13 @@ def main() -> int:
         except BaseException as exc:  # the harness itself failed: say so, never hang the parent
             result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         result["nonce"] = nonce
+        # The evaluator sends the next request only after this answer, so anything waiting on
+        # stdin now was written by something this request ran: drop it, and serve no more.
+        injected = requests.drain()
+        if injected:
+            result["stdin_injected"] = True
         out.send(result)
-        if "error" in result or _cuda_initialised():
+        if "error" in result or injected or _cuda_initialised():
             return 1  # refuse further requests: the evaluator starts a fresh worker
 
 
@@ -101,6 +107,42 @@ def _forget_modules(prefixes: tuple[str, ...]) -> None:
     for name in [n for n in sys.modules if n.startswith(prefixes)]:
         del sys.modules[name]
     tasks._COMPILED.clear()
+
+
+class _Requests:
+    """Lines from stdin, read without Python's buffering, so that what is left over after a
+    request is known exactly."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+
+    def readline(self) -> bytes:
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                line, self.buf = self.buf, b""
+                return line
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
+
+    def drain(self) -> bool:
+        """Discard whatever is waiting; whether there was anything."""
+        found, self.buf = bool(self.buf), b""
+        os.set_blocking(self.fd, False)
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                found = True
+        finally:
+            os.set_blocking(self.fd, True)
+        return found
 
 
 def _cuda_initialised() -> bool:

@@ -6,6 +6,7 @@ worker per evaluation."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -201,3 +202,55 @@ def test_a_gpu_worker_is_reused_and_never_touches_cuda() -> None:
         assert all(v.accepted for v in ev.verdicts), [v.reasons for v in ev.verdicts]
     assert second.worker_pid == first.worker_pid
     assert second.phases["worker_reused"] is True
+
+
+def test_a_request_slipped_into_an_idle_worker_costs_no_evaluation(task) -> None:
+    """Something (a candidate's leftover process, say) writes a request of its own into an idle
+    worker's input: the next evaluation gets an answer that is not its own, and is then served
+    by a fresh worker instead of failing."""
+    from loop import worker_pool
+
+    first = evaluate(task, [honest(task)], "cpu", shapes=SHAPES)
+    [idle] = [w for w in worker_pool._idle if w.proc.pid == first.worker_pid]
+    fake = {**first.phases, "nonce": "forged", "task": str(task.folder), "device": "cpu"}
+    fake.update(candidates=[], peers=[], shapes=SHAPES, time=False, secret=1, harness=".")
+    idle.proc.stdin.write((json.dumps(fake) + "\n").encode())
+    idle.proc.stdin.flush()
+    second = evaluate(task, [honest(task)], "cpu", shapes=SHAPES)
+    assert second.by_label("honest").accepted, second.by_label("honest").reasons
+    assert second.worker_pid != first.worker_pid
+
+
+def test_input_left_over_after_a_request_is_dropped_and_the_worker_retires() -> None:
+    from loop.worker_serve import _Requests
+
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, b'{"a": 1}\n{"forged": true}\npartial')
+        requests = _Requests(read_fd)
+        assert requests.readline() == b'{"a": 1}\n'
+        assert requests.drain() is True
+        assert requests.drain() is False
+        os.write(write_fd, b'{"b": 2}\n')
+        assert requests.readline() == b'{"b": 2}\n'
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_only_groups_led_by_the_workers_children_are_ever_killed() -> None:
+    from loop.worker_child import kill_group
+    from loop.worker_pool import _is_child_group
+
+    child = psutil.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert _is_child_group(child.pid, os.getpid())  # led by a child of "the worker" (us)
+        assert not _is_child_group(child.pid, child.pid + 1)  # not that worker's child
+        for bogus in (0, 1, -5, os.getpgrp(), os.getpid(), True, "7", 2.0):
+            assert not _is_child_group(bogus, os.getpid())
+        kill_group(0)  # would be this process's own group: refused, and we are still here
+        kill_group(os.getpgrp())
+        assert child.is_running()
+    finally:
+        child.kill()
+        child.wait()

@@ -49,6 +49,11 @@ CASES = {
         "bench",
         {"faster-than-physics", "reverify-mismatch", "graph-capture-failed"},
     ),
+    "7-one-buffer-for-every-capture": (
+        "shares_output_across_captures.py",
+        "bench",
+        {"faster-than-physics", "reverify-mismatch"},
+    ),
 }
 
 
