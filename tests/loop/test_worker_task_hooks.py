@@ -166,3 +166,16 @@ def test_compiled_peers_are_the_tasks_eager_under_torch_compile_one_wrapper_each
     assert peers["torch.compile"] is task.peers["torch.compile"]
     assert peers["torch.compile"] is not peers["torch.compile-dynamic"]
     assert "torch.compile" not in task.default_peers("cpu")
+
+
+def test_capture_outputs_are_poisoned_before_each_check_except_an_input_buffer() -> None:
+    import torch
+
+    from loop.worker import _poison_outputs
+
+    x = torch.ones(4, 3)
+    out = (torch.zeros(4, 3), torch.zeros(2, dtype=torch.int64), x[1:])  # the last is x's storage
+    _poison_outputs(out, (x,))
+    assert torch.isnan(out[0]).all()
+    assert (out[1] == -1).all()
+    assert (x == 1).all()
