@@ -1,0 +1,621 @@
+"""End-to-end decoder blocks built from swappable ops, to measure whether tuned kernels compound.
+
+Two block kinds, one forward function each for a decode step and for a prefill:
+
+- `LlamaConfig`: a Llama-3-8B-like block (RMSNorm, fused QKV projection, NeoX rope, GQA
+  attention, output projection, residual add + RMSNorm, merged gate/up projection, SwiGLU,
+  down projection, residual add).
+- `MlaConfig`: a DeepSeek-V3-like block with multi-head latent attention (low-rank q, a shared
+  compressed KV latent plus a rope key; decode runs the weight-absorbed form over the latent
+  cache, prefill the expanded form) and a *dense* SwiGLU FFN: DeepSeek-V3's MoE layers are not
+  modelled (a dense FFN of the first layers' width stands in for them).
+
+The ops a block calls live in an `Ops` of plain callables, built three ways: `eager_ops()`
+(plain torch, the tasks' reference math in the block's dtype), `tuned_ops(dispatch_dir)` (per
+call, the dispatch table of the op's task picks a tuned candidate by the call's dims) and
+`compiled_block` (torch.compile of the eager block's forward).
+
+A decode step takes the KV cache as an input that already holds the new token's slot (the
+append is the caller's job): it attends over the whole cache and returns the new token's
+cache entries with the block's output, so the work of computing them stays in the graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from loop.dispatch import Choice, load
+from loop.tasks import TaskError, load_task
+
+EPS = 1e-6
+# mla_decode's kernels fix the softmax scale at 1/sqrt(192) (DeepSeek-V3's 128 + 64); blocks of
+# other sizes rescale the queries so the effective scale is theirs.
+MLA_TASK_SCALE_DIM = 192
+
+
+# --------------------------------------------------------------------------------- configs
+
+
+def _check_positive(cfg: object) -> None:
+    for f in fields(cfg):  # type: ignore[arg-type]
+        value = getattr(cfg, f.name)
+        if f.type in ("int", int) and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(
+                f"{type(cfg).__name__}.{f.name} must be a positive integer, got {value!r}"
+            )
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """A Llama-like decoder block; the defaults are Llama-3-8B's."""
+
+    hidden: int = 4096
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    ffn: int = 14336
+    theta: float = 500000.0
+
+    def __post_init__(self) -> None:
+        _check_positive(self)
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"LlamaConfig.heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"LlamaConfig.head_dim must be even, got {self.head_dim}")
+
+    @property
+    def kind(self) -> str:
+        return "llama"
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    """A DeepSeek-like block with MLA attention and a dense SwiGLU FFN; defaults are V3's."""
+
+    hidden: int = 7168
+    heads: int = 128
+    q_lora_rank: int = 1536
+    kv_lora_rank: int = 512
+    qk_nope_dim: int = 128
+    rope_dim: int = 64
+    v_head_dim: int = 128
+    ffn: int = 18432
+    theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        _check_positive(self)
+        if self.rope_dim % 2:
+            raise ValueError(f"MlaConfig.rope_dim must be even, got {self.rope_dim}")
+
+    @property
+    def kind(self) -> str:
+        return "mla"
+
+
+BlockConfig = LlamaConfig | MlaConfig
+
+
+def weight_shapes(cfg: BlockConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight of the block by name (linear weights as nn.Linear stores them: (out, in))."""
+    if isinstance(cfg, LlamaConfig):
+        qkv = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim
+        return {
+            "attn_norm": (cfg.hidden,),
+            "wqkv": (qkv, cfg.hidden),
+            "wo": (cfg.hidden, cfg.heads * cfg.head_dim),
+            "ffn_norm": (cfg.hidden,),
+            "w_gate_up": (2 * cfg.ffn, cfg.hidden),
+            "w_down": (cfg.hidden, cfg.ffn),
+        }
+    qk_head = cfg.qk_nope_dim + cfg.rope_dim
+    return {
+        "attn_norm": (cfg.hidden,),
+        "wq_a": (cfg.q_lora_rank, cfg.hidden),
+        "q_norm": (cfg.q_lora_rank,),
+        "wq_b": (cfg.heads * qk_head, cfg.q_lora_rank),
+        "wkv_a": (cfg.kv_lora_rank + cfg.rope_dim, cfg.hidden),
+        "kv_norm": (cfg.kv_lora_rank,),
+        # wkv_b of DeepSeek's checkpoint, split per head into its key and value halves.
+        "w_uk": (cfg.heads, cfg.qk_nope_dim, cfg.kv_lora_rank),
+        "w_uv": (cfg.heads, cfg.v_head_dim, cfg.kv_lora_rank),
+        "wo": (cfg.hidden, cfg.heads * cfg.v_head_dim),
+        "ffn_norm": (cfg.hidden,),
+        "w_gate_up": (2 * cfg.ffn, cfg.hidden),
+        "w_down": (cfg.hidden, cfg.ffn),
+    }
+
+
+def default_dtype(device: str | torch.device) -> torch.dtype:
+    """bf16 on a GPU, float32 on the CPU."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def make_weights(
+    cfg: BlockConfig, device: str | torch.device = "cpu", seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Random weights scaled so activations stay of order one: linear weights ~ N(0, 1/fan_in),
+    norm weights ~ 1 + N(0, 0.1^2). Drawn on the device, in `default_dtype(device)`."""
+    dtype = default_dtype(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = {}
+    for name, shape in weight_shapes(cfg).items():
+        w = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+        # A norm weight is one vector; a linear (or per-head) weight maps its last dim.
+        scaled = w.mul_(0.1).add_(1.0) if len(shape) == 1 else w.mul_(shape[-1] ** -0.5)
+        out[name] = scaled.to(dtype)
+    return out
+
+
+def param_count(cfg: BlockConfig) -> int:
+    return sum(math.prod(s) for s in weight_shapes(cfg).values())
+
+
+def kv_cache_elements(cfg: BlockConfig, batch: int, context: int) -> int:
+    if isinstance(cfg, LlamaConfig):
+        return 2 * batch * cfg.kv_heads * context * cfg.head_dim
+    return batch * context * (cfg.kv_lora_rank + cfg.rope_dim)
+
+
+def bytes_streamed(cfg: BlockConfig, batch: int, context: int, itemsize: int = 2) -> int:
+    """Bytes a decode step must read at least: every weight once and the whole KV cache once."""
+    return itemsize * (param_count(cfg) + kv_cache_elements(cfg, batch, context))
+
+
+# ------------------------------------------------------------------------------------- ops
+
+
+@dataclass
+class Ops:
+    """The ops a block calls. Layouts are the tasks' (kernels/<task>/task.py), except that
+    `attention_prefill` takes k and v with kv_heads heads (GQA) and may take a v narrower
+    than q and k (MLA prefill)."""
+
+    rmsnorm: Callable  # (x (T, H), w) -> y
+    add_rmsnorm: Callable  # (x, residual, w) -> (y, x + residual)
+    rope: Callable  # (x (T, heads, d), cos (T, d/2), sin) -> y
+    swiglu: Callable  # (x (T, 2F)) -> (T, F)
+    attention_decode: Callable  # (q (B, Hq, d), k_cache (B, Hkv, L, d), v_cache) -> (B, Hq, d)
+    attention_prefill: Callable  # (q (B, Hq, T, d), k (B, Hkv, T, d), v (B, Hkv, T, dv))
+    mla_decode: Callable  # (q_nope (B, H, C), q_pe (B, H, R), ckv (B, L, C), kpe (B, L, R))
+    linear: Callable  # (x (M, K), w (N, K)) -> (M, N)
+    label: str = "eager"
+    notes: list[str] = field(default_factory=list)
+
+
+def _rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)
+    return (xf * w.float()).to(x.dtype)
+
+
+def _add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor):
+    h = x + residual
+    return _rmsnorm(h, w), h
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    c, s = cos.unsqueeze(-2).to(x.dtype), sin.unsqueeze(-2).to(x.dtype)
+    x1, x2 = torch.chunk(x, 2, dim=-1)
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+def _swiglu(x: torch.Tensor) -> torch.Tensor:
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]) * x[..., d:]
+
+
+def _repeat_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
+    group = heads // t.shape[1]
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def _attention_decode(q, k_cache, v_cache) -> torch.Tensor:
+    """transformers' SDPA path at decode: the cache expanded to the query heads."""
+    k, v = _repeat_kv(k_cache, q.shape[1]), _repeat_kv(v_cache, q.shape[1])
+    return F.scaled_dot_product_attention(q[:, :, None, :], k, v)[:, :, 0, :]
+
+
+def _attention_prefill(q, k, v) -> torch.Tensor:
+    k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _mla_decode(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
+    """DeepSeek-V3's absorbed decode: einsums in the model dtype, softmax in fp32."""
+    scores = (
+        torch.einsum("bhc,btc->bht", q_nope, ckv) + torch.einsum("bhr,btr->bht", q_pe, kpe)
+    ) / math.sqrt(MLA_TASK_SCALE_DIM)
+    probs = scores.softmax(dim=-1, dtype=torch.float32).type_as(q_nope)
+    return torch.einsum("bht,btc->bhc", probs, ckv)
+
+
+def eager_ops() -> Ops:
+    return Ops(
+        rmsnorm=_rmsnorm,
+        add_rmsnorm=_add_rmsnorm,
+        rope=_rope,
+        swiglu=_swiglu,
+        attention_decode=_attention_decode,
+        attention_prefill=_attention_prefill,
+        mla_decode=_mla_decode,
+        linear=F.linear,
+    )
+
+
+# ------------------------------------------------------------------------------- tuned ops
+
+
+def _dt(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+# For each op: its task, the dims its dispatch table is keyed on (from the call's arguments),
+# and an adapter from the block's call to the task kernel's layout.
+_DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
+    "rmsnorm": ("rmsnorm", lambda x, w: {"tokens": x.shape[0], "hidden": x.shape[1]}),
+    "add_rmsnorm": (
+        "add_rmsnorm",
+        lambda x, r, w: {"tokens": x.shape[0], "hidden": x.shape[1]},
+    ),
+    "rope": (
+        "rope",
+        lambda x, c, s: {"tokens": x.shape[0], "heads": x.shape[1], "head_dim": x.shape[2]},
+    ),
+    "swiglu": ("swiglu", lambda x: {"tokens": x.shape[0], "ffn": x.shape[1] // 2}),
+    "attention_decode": (
+        "gqa_decode",
+        lambda q, k, v: {
+            "batch": q.shape[0],
+            "q_heads": q.shape[1],
+            "kv_heads": k.shape[1],
+            "head_dim": q.shape[2],
+            "kv_len": k.shape[2],
+        },
+    ),
+    "attention_prefill": (
+        "prefill_attention",
+        lambda q, k, v: {
+            "batch": q.shape[0],
+            "heads": q.shape[1],
+            "head_dim": q.shape[3],
+            "q_len": q.shape[2],
+            "kv_len": k.shape[2],
+        },
+    ),
+    "mla_decode": (
+        "mla_decode",
+        lambda qn, qp, ckv, kpe: {
+            "batch": qn.shape[0],
+            "heads": qn.shape[1],
+            "kv_lora_rank": qn.shape[2],
+            "rope_dim": qp.shape[2],
+            "kv_len": ckv.shape[1],
+        },
+    ),
+    "linear": ("skinny_gemm", lambda x, w: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]}),
+}
+
+
+def _load_module(path: Path):
+    """A candidate module by file path. Trusted: it comes from a task folder and its entry in a
+    dispatch table means the evaluator accepted it (correctness, guards) on this task."""
+    name = f"autotune_block_{path.parent.name}_{path.stem}".replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def _workspace_source(run_dir: Path, task_name: str, commit: str, name: str) -> Path | None:
+    """The candidate's source at the table's commit, from the run's workspace repositories
+    (`<run>/workspace/<study>/`, where the loop commits every kept edit), copied to a temporary
+    file; None when there is no commit or no workspace holds it (the shipped file is used)."""
+    if not commit:
+        return None
+    for repo in sorted((run_dir / "workspace").glob("*/.git")):
+        done = subprocess.run(
+            ["git", "-C", str(repo.parent), "show", f"{commit}:{task_name}/{name}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            folder = run_dir / ".block-sources"  # kept with the run it came from
+            folder.mkdir(exist_ok=True)
+            path = folder / f"{task_name}_{commit[:12]}_{name}"
+            path.write_text(done.stdout)
+            return path
+    return None
+
+
+def _contiguous(args: tuple) -> tuple:
+    return tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _tuned_op(
+    op: str,
+    table: Path,
+    eager: Callable,
+    notes: list[str],
+    skip: Callable[[dict, Choice], bool] | None = None,
+) -> Callable:
+    """`eager` with the dispatch table's choice swapped in, resolved once per distinct dims."""
+    task_name, dims_of = _DIMS[op]
+    task = load_task(task_name)
+    pick = load(table)
+    resolved: dict[tuple, Callable] = {}
+    modules: dict[Path, object] = {}
+
+    def resolve(dims: dict) -> Callable:
+        where = f"{op} ({task_name}) at {dims}"
+        try:
+            choice = pick(**dims)
+        except LookupError:
+            notes.append(f"{where}: no dispatch entry, eager")
+            return eager
+        if choice.source != "candidate":
+            notes.append(f"{where}: peer {choice.name!r} wins, eager")
+            return eager
+        if skip is not None and skip(dims, choice):
+            notes.append(f"{where}: outside the tuned range ({choice.shape}), eager")
+            return eager
+        path = _workspace_source(table.parent.resolve(), task_name, choice.commit, choice.name)
+        origin = "workspace commit"
+        if path is None:
+            path, origin = task.folder / choice.name, "task folder"
+        if not path.is_file():
+            notes.append(f"{where}: candidate {choice.name} not in {task.folder}, eager")
+            return eager
+        if path not in modules:
+            modules[path] = _load_module(path)
+        notes.append(f"{where}: {choice.name} ({origin}) {choice.params} (tuned on {choice.shape})")
+        kernel = functools.partial(modules[path].kernel, **choice.params)
+        return lambda *args: kernel(*_contiguous(args))
+
+    def run(*args):
+        dims = {**dims_of(*args), "dtype": _dt(args[0])}
+        key = tuple(sorted(dims.items()))
+        fn = resolved.get(key)
+        if fn is None:
+            fn = resolved[key] = resolve(dims)
+        return fn(*args)
+
+    return run
+
+
+def _skinny_only(dims: dict, choice: Choice) -> bool:
+    """A skinny GEMM serves the row counts it was tuned for, not a 4096-row prefill."""
+    bucket = _bucket_of(choice.shape)
+    return bucket is not None and dims["m"] > bucket
+
+
+def _bucket_of(shape_name: str) -> int | None:
+    head = shape_name.split("-")[0]
+    return int(head[1:]) if head.startswith("m") and head[1:].isdigit() else None
+
+
+def _gqa_prefill(kernel: Callable) -> Callable:
+    """The prefill task has as many KV heads as query heads, and one head_dim: expand GQA's KV
+    (as the eager op does) and leave a narrower v (MLA) to eager."""
+
+    def run(q, k, v):
+        if v.shape[-1] != q.shape[-1]:
+            return _attention_prefill(q, k, v)
+        return kernel(q, _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1]))
+
+    return run
+
+
+def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu") -> Ops:
+    """Eager ops with, for each op whose task has `dispatch-<task>.json` in `dispatch_dir` (the
+    run directory of `autotune run`), the table's winning candidate and params for the call's
+    dims. Where the table names a peer, has no entry for the dims, or there is no table, the
+    op stays eager; `ops.notes` says what each op resolved to."""
+    del device  # candidates run on their inputs' device
+    ops = eager_ops()
+    ops.label = "tuned"
+    folder = Path(dispatch_dir) if dispatch_dir is not None else None
+    if folder is None or not folder.is_dir():
+        ops.notes.append(f"no dispatch directory at {folder}: tuned ops are the eager ops")
+        return ops
+    found = 0
+    for op, (task_name, _) in _DIMS.items():
+        table = folder / f"dispatch-{task_name}.json"
+        if not table.is_file():
+            continue
+        eager = getattr(ops, op)
+        try:
+            tuned = _tuned_op(op, table, eager, ops.notes, _skinny_only if op == "linear" else None)
+        except (LookupError, TaskError, ValueError, OSError) as exc:
+            ops.notes.append(f"{table}: unusable ({exc}), {op} stays eager")
+            continue
+        if op == "attention_prefill":
+            tuned = _gqa_prefill(tuned)
+        setattr(ops, op, tuned)
+        found += 1
+    if not found:
+        ops.notes.append(f"no dispatch-<task>.json in {folder}: tuned ops are the eager ops")
+    return ops
+
+
+# ---------------------------------------------------------------------------------- blocks
+
+
+@dataclass
+class Block:
+    """A block's forward functions over fixed weights; see `make_inputs` for their inputs."""
+
+    cfg: BlockConfig
+    decode: Callable[..., tuple[torch.Tensor, ...]]
+    prefill: Callable[..., tuple[torch.Tensor, ...]]
+    label: str = "eager"
+
+
+def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
+    nq, nkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
+
+    def attention_in(x, cos, sin):
+        h = ops.rmsnorm(x, w["attn_norm"])
+        qkv = ops.linear(h, w["wqkv"])
+        q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
+        q = ops.rope(q.reshape(-1, nq, d), cos, sin)
+        k = ops.rope(k.reshape(-1, nkv, d), cos, sin)
+        return q, k, v.reshape(-1, nkv, d)
+
+    def ffn(attn, x):
+        y, residual = ops.add_rmsnorm(ops.linear(attn, w["wo"]), x, w["ffn_norm"])
+        return ops.linear(ops.swiglu(ops.linear(y, w["w_gate_up"])), w["w_down"]) + residual
+
+    def decode(x, k_cache, v_cache, cos, sin):
+        """x (B, hidden); caches (B, kv_heads, L, d) holding the new token's slot; cos and sin
+        (B, d/2) at the new token's position. Returns (out, k_new, v_new)."""
+        q, k, v = attention_in(x, cos, sin)
+        attn = ops.attention_decode(q, k_cache, v_cache)
+        return ffn(attn.reshape(x.shape[0], nq * d), x), k, v
+
+    def prefill(x, cos, sin):
+        """x (B, T, hidden); cos and sin (T, d/2). Causal over the T tokens. Returns (out,)."""
+        b, t, hidden = x.shape
+        flat = x.reshape(b * t, hidden)
+        cos_t, sin_t = cos.repeat(b, 1), sin.repeat(b, 1)
+        q, k, v = attention_in(flat, cos_t, sin_t)
+        heads = [z.reshape(b, t, -1, d).transpose(1, 2) for z in (q, k, v)]
+        attn = ops.attention_prefill(*heads).transpose(1, 2).reshape(b * t, nq * d)
+        return (ffn(attn, flat).reshape(b, t, hidden),)
+
+    return Block(cfg, decode, prefill, ops.label)
+
+
+def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
+    nh, c, r, dn, dv = cfg.heads, cfg.kv_lora_rank, cfg.rope_dim, cfg.qk_nope_dim, cfg.v_head_dim
+    # The kernels' scale is 1/sqrt(192); this factor on the queries makes it 1/sqrt(dn + r).
+    q_rescale = math.sqrt(MLA_TASK_SCALE_DIM / (dn + r))
+
+    def projections(x, cos, sin):
+        h = ops.rmsnorm(x, w["attn_norm"])
+        q = ops.linear(ops.rmsnorm(ops.linear(h, w["wq_a"]), w["q_norm"]), w["wq_b"])
+        q_nope, q_pe = q.reshape(-1, nh, dn + r).split([dn, r], dim=-1)
+        q_pe = ops.rope(q_pe, cos, sin)
+        kv = ops.linear(h, w["wkv_a"])
+        ckv = ops.rmsnorm(kv[:, :c], w["kv_norm"])
+        kpe = ops.rope(kv[:, None, c:], cos, sin)[:, 0]
+        return q_nope, q_pe, ckv, kpe
+
+    def ffn(attn, x):
+        y, residual = ops.add_rmsnorm(ops.linear(attn, w["wo"]), x, w["ffn_norm"])
+        return ops.linear(ops.swiglu(ops.linear(y, w["w_gate_up"])), w["w_down"]) + residual
+
+    def decode(x, ckv_cache, kpe_cache, cos, sin):
+        """x (B, hidden); ckv_cache (B, L, kv_lora_rank) and kpe_cache (B, L, rope_dim) holding
+        the new token's slot; cos and sin (B, rope_dim/2). Returns (out, ckv_new, kpe_new)."""
+        q_nope, q_pe, ckv, kpe = projections(x, cos, sin)
+        # Absorb the key up-projection into the query: (H, B, dn) @ (H, dn, C).
+        q_lat = torch.bmm(q_nope.transpose(0, 1), w["w_uk"]).transpose(0, 1)
+        if q_rescale != 1.0:
+            q_lat, q_pe = q_lat * q_rescale, q_pe * q_rescale
+        o_lat = ops.mla_decode(q_lat.contiguous(), q_pe.contiguous(), ckv_cache, kpe_cache)
+        # The value up-projection after attention: (H, B, C) @ (H, C, dv).
+        o = torch.bmm(o_lat.transpose(0, 1), w["w_uv"].transpose(1, 2)).transpose(0, 1)
+        return ffn(o.reshape(x.shape[0], nh * dv), x), ckv, kpe
+
+    def prefill(x, cos, sin):
+        """x (B, T, hidden); cos and sin (T, rope_dim/2). Causal. Returns (out,)."""
+        b, t, hidden = x.shape
+        flat = x.reshape(b * t, hidden)
+        q_nope, q_pe, ckv, kpe = projections(flat, cos.repeat(b, 1), sin.repeat(b, 1))
+        k_nope = torch.einsum("tc,hdc->thd", ckv, w["w_uk"])
+        v = torch.einsum("tc,hdc->thd", ckv, w["w_uv"])
+        q = torch.cat([q_nope, q_pe], dim=-1)
+        k = torch.cat([k_nope, kpe[:, None, :].expand(-1, nh, r)], dim=-1)
+
+        def heads(z: torch.Tensor) -> torch.Tensor:
+            return z.reshape(b, t, nh, -1).transpose(1, 2)
+
+        attn = ops.attention_prefill(heads(q), heads(k), heads(v))
+        attn = attn.transpose(1, 2).reshape(b * t, nh * dv)
+        return (ffn(attn, flat).reshape(b, t, hidden),)
+
+    return Block(cfg, decode, prefill, ops.label)
+
+
+def decoder_block(cfg: BlockConfig, weights: dict[str, torch.Tensor], ops: Ops) -> Block:
+    """The block of `cfg`'s kind over `weights`, calling `ops`."""
+    missing = sorted(set(weight_shapes(cfg)) - set(weights))
+    if missing:
+        raise ValueError(f"weights lack {', '.join(missing)} for a {cfg.kind} block")
+    if isinstance(cfg, LlamaConfig):
+        return _llama_block(cfg, weights, ops)
+    return _mla_block(cfg, weights, ops)
+
+
+def compiled_block(block: Block) -> Block:
+    """torch.compile of `block`'s forward functions (specialised per shape), compiled on first
+    call."""
+    return Block(
+        block.cfg,
+        torch.compile(block.decode, dynamic=False),
+        torch.compile(block.prefill, dynamic=False),
+        "compiled",
+    )
+
+
+# ---------------------------------------------------------------------------------- inputs
+
+
+def rope_tables(cfg: BlockConfig, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 cos and sin of shape (len(positions), rotary_dim / 2)."""
+    dim = cfg.head_dim if isinstance(cfg, LlamaConfig) else cfg.rope_dim
+    half = dim // 2
+    inv = cfg.theta ** (-torch.arange(half, dtype=torch.float64, device=positions.device) / half)
+    angles = positions.to(torch.float64)[:, None] * inv[None, :]
+    return torch.cos(angles).float(), torch.sin(angles).float()
+
+
+def make_inputs(
+    cfg: BlockConfig,
+    mode: str,
+    batch: int,
+    length: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    """Inputs of `Block.decode` (mode "decode", `length` = context, the new token at position
+    length - 1) or `Block.prefill` (mode "prefill", `length` = tokens), in the device's dtype.
+    Activations and caches ~ N(0, 1)."""
+    if mode not in ("decode", "prefill"):
+        raise ValueError(f"mode must be 'decode' or 'prefill', got {mode!r}")
+    for name, value in (("batch", batch), ("length", length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    dtype = default_dtype(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    if mode == "prefill":
+        cos, sin = rope_tables(cfg, torch.arange(length, device=device))
+        return draw(batch, length, cfg.hidden), cos, sin
+    pos = torch.full((batch,), length - 1, device=device)
+    cos, sin = rope_tables(cfg, pos)
+    x = draw(batch, cfg.hidden)
+    if isinstance(cfg, LlamaConfig):
+        shape = (batch, cfg.kv_heads, length, cfg.head_dim)
+        return x, draw(*shape), draw(*shape), cos, sin
+    return x, draw(batch, length, cfg.kv_lora_rank), draw(batch, length, cfg.rope_dim), cos, sin

@@ -1,0 +1,258 @@
+"""Do tuned kernels compound? A whole decoder block (Llama-like, and DeepSeek-like with MLA) at
+decode and prefill sizes, timed under CUDA graphs: eager ops, torch.compile of the eager block,
+and the tuned ops the dispatch tables of an `autotune run` directory pick (GPU only).
+
+    uv run python scripts/bench_e2e_block.py --dispatch-dir out --json e2e-block.json
+
+For every size: each variant's relative error against the block in float32 (the bf16 block's
+weights and inputs upcast), then eager, compiled and tuned interleaved (baselines.timer, several
+captures per variant, rotated block by block as the evaluator does), with median intervals and
+the paired tuned/eager, tuned/compiled and compiled/eager speedups. Decode sizes also report
+the bytes a step must stream (weights + KV cache) per second, as a % of an SM copy kernel and
+of an SM read kernel measured in the same run. The decode target is 90 % of copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from baselines.roofline import device_copy_bandwidth, device_read_bandwidth
+from baselines.stats import ratio_interval, summarize
+from baselines.timer import CAPTURE_SLOTS, GpuTimer, StoppingRule, measure_interleaved
+from loop.blocks import (
+    LlamaConfig,
+    MlaConfig,
+    bytes_streamed,
+    compiled_block,
+    decoder_block,
+    eager_ops,
+    make_inputs,
+    make_weights,
+    tuned_ops,
+)
+
+# (mode, batch, length): decode at batch 1 and 16 and contexts 4k and 32k; a 4k-token prefill.
+SIZES = [
+    ("decode", 1, 4096),
+    ("decode", 16, 4096),
+    ("decode", 1, 32768),
+    ("decode", 16, 32768),
+    ("prefill", 1, 4096),
+]
+KINDS = {"llama": LlamaConfig, "mla": MlaConfig}
+VARIANTS = ("eager", "compiled", "tuned")
+# Allowed relative error against the float32 block, over and above eager's own.
+TOLERANCE = 2e-2
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def _let_compile_specialise() -> None:
+    """One compilation per size: past dynamo's recompile limit it would silently run eager."""
+    import torch._dynamo.config as dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo, name):
+            setattr(dynamo, name, max(getattr(dynamo, name), 64))
+
+
+def _errors(cfg, weights, blocks: dict, mode: str, inputs: tuple) -> dict:
+    """Each variant's largest relative error over the outputs, against the block in float32."""
+    w32 = {k: v.float() for k, v in weights.items()}
+    ref_block = decoder_block(cfg, w32, eager_ops())
+    ref = getattr(ref_block, mode)(*(t.float() for t in inputs))
+    out = {}
+    for label, block in blocks.items():
+        got = getattr(block, mode)(*inputs)
+        out[label] = max(_rel(g, r) for g, r in zip(got, ref, strict=True))
+    del ref, w32
+    return out
+
+
+def _runner(timer: GpuTimer, fn, inputs: tuple, slots: int, keep: list):
+    graphs = [timer.capture(lambda: fn(*inputs))[0] for _ in range(slots)]
+    keep.extend(graphs)
+    turn = [0]
+
+    def block(n: int) -> list[float]:
+        turn[0] += 1
+        return timer.block(graphs[turn[0] % len(graphs)], n)
+
+    return block
+
+
+def _ratio(medians: list[list[float]], base: int, other: int) -> dict:
+    """median(base) / median(other): above 1, `other` is faster."""
+    return ratio_interval(medians[base], medians[other]).to_dict()
+
+
+def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw) -> dict:
+    inputs = make_inputs(cfg, mode, batch, length, device="cuda", seed=1)
+    row: dict = {"kind": cfg.kind, "mode": mode, "batch": batch, "length": length}
+    t0 = time.perf_counter()
+    errors = _errors(cfg, weights, blocks, mode, inputs)
+    row["rel_error_vs_fp32"] = errors
+    row["check_s"] = time.perf_counter() - t0
+    limit = errors["eager"] + TOLERANCE
+    row["correct"] = {label: err <= limit for label, err in errors.items()}
+    keep: list = []
+    runners = [
+        _runner(timer, getattr(blocks[v], mode), inputs, args.captures, keep) for v in VARIANTS
+    ]
+    rule = StoppingRule(
+        min_blocks=args.min_blocks,
+        max_time_s=args.max_time_s,
+        ratio_halfwidth=args.ratio_halfwidth,
+        min_block_s=0.002,
+    )
+    result = measure_interleaved(runners, rule)
+    med = result.medians
+    row["times_s"] = {v: summarize(med[i]).to_dict() for i, v in enumerate(VARIANTS)}
+    row["tuned_vs_eager"] = _ratio(med, 0, 2)
+    row["tuned_vs_compiled"] = _ratio(med, 1, 2)
+    row["compiled_vs_eager"] = _ratio(med, 0, 1)
+    row["blocks"] = result.blocks
+    row["samples_per_block"] = result.samples_per_block
+    row["stop_reason"] = result.stop_reason
+    if mode == "decode":
+        nbytes = bytes_streamed(cfg, batch, length, itemsize=2)
+        row["bytes_streamed"] = nbytes
+        row["stream_pct_of_copy"] = {
+            v: 100 * nbytes / row["times_s"][v]["median"] / bw["copy"] for v in VARIANTS
+        }
+        row["stream_pct_of_read"] = {
+            v: 100 * nbytes / row["times_s"][v]["median"] / bw["read"] for v in VARIANTS
+        }
+    del keep, runners, inputs
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def _print_row(row: dict) -> None:
+    t = row["times_s"]
+    head = f"{row['kind']:5s} {row['mode']:7s} b{row['batch']:<3d} L{row['length']:<6d}"
+    us = "  ".join(f"{v} {t[v]['median'] * 1e6:9.1f} us" for v in VARIANTS)
+    te, tc = row["tuned_vs_eager"], row["tuned_vs_compiled"]
+    line = (
+        f"{head} {us}  tuned/eager x{te['ratio']:.3f} [{te['ci_low']:.3f}, {te['ci_high']:.3f}]"
+        f"  tuned/compiled x{tc['ratio']:.3f} [{tc['ci_low']:.3f}, {tc['ci_high']:.3f}]"
+    )
+    if "stream_pct_of_copy" in row:
+        pct = row["stream_pct_of_copy"]
+        line += "  stream % copy: " + " ".join(f"{v} {pct[v]:.1f}" for v in VARIANTS)
+    bad = [v for v, ok in row["correct"].items() if not ok]
+    errs = " ".join(f"{v} {e:.2e}" for v, e in row["rel_error_vs_fp32"].items())
+    line += f"  err {errs}" + (f"  WRONG: {', '.join(bad)}" if bad else "")
+    print(line, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--dispatch-dir",
+        type=Path,
+        default=Path("out"),
+        help="run directory of `autotune run` holding dispatch-<task>.json [default: out]",
+    )
+    parser.add_argument("--kinds", default="llama,mla", help="comma list of llama, mla")
+    parser.add_argument(
+        "--sizes",
+        default="all",
+        help="comma list of mode:batch:length (e.g. decode:1:4096,prefill:1:4096) or all",
+    )
+    parser.add_argument("--json", type=Path, default=Path("e2e-block.json"))
+    parser.add_argument("--captures", type=int, default=CAPTURE_SLOTS)
+    parser.add_argument("--min-blocks", type=int, default=10)
+    parser.add_argument("--max-time-s", type=float, default=3.0)
+    parser.add_argument("--ratio-halfwidth", type=float, default=0.005)
+    args = parser.parse_args(argv)
+
+    if not torch.cuda.is_available():
+        print("bench_e2e_block: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        print(f"--kinds: unknown {unknown}; known: {sorted(KINDS)}", file=sys.stderr)
+        return 2
+    sizes = SIZES
+    if args.sizes != "all":
+        try:
+            sizes = [
+                (m, int(b), int(n)) for m, b, n in (s.split(":") for s in args.sizes.split(","))
+            ]
+        except ValueError:
+            print(f"--sizes: expected mode:batch:length,..., got {args.sizes!r}", file=sys.stderr)
+            return 2
+
+    _let_compile_specialise()
+    torch.manual_seed(0)
+    timer = GpuTimer("cuda")
+    bw = {"copy": device_copy_bandwidth(timer), "read": device_read_bandwidth(timer)}
+    print(
+        f"{torch.cuda.get_device_name()}: SM copy {bw['copy'] / 1e12:.2f} TB/s, "
+        f"read {bw['read'] / 1e12:.2f} TB/s",
+        flush=True,
+    )
+    ops = tuned_ops(args.dispatch_dir, "cuda")
+    doc: dict = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "dispatch_dir": str(args.dispatch_dir),
+        "copy_bytes_per_s": bw["copy"],
+        "read_bytes_per_s": bw["read"],
+        "decode_target_pct_of_copy": 90.0,
+        "results": [],
+        "errors": [],
+    }
+    for kind in kinds:
+        cfg = KINDS[kind]()
+        weights = make_weights(cfg, "cuda", seed=0)
+        eager = decoder_block(cfg, weights, eager_ops())
+        blocks = {
+            "eager": eager,
+            "compiled": compiled_block(eager),
+            "tuned": decoder_block(cfg, weights, ops),
+        }
+        for mode, batch, length in sizes:
+            t0 = time.perf_counter()
+            try:
+                row = bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw)
+            except Exception as exc:  # one size failing (memory, capture) keeps the others
+                msg = f"{kind} {mode} b{batch} L{length}: {type(exc).__name__}: {exc}"[:600]
+                print(f"FAILED {msg}", flush=True)
+                doc["errors"].append(msg)
+                gc.collect()
+                torch.cuda.empty_cache()
+                continue
+            row["wall_s"] = time.perf_counter() - t0
+            doc["results"].append(row)
+            _print_row(row)
+            doc["tuned_notes"] = list(dict.fromkeys(ops.notes))
+            args.json.write_text(json.dumps(doc, indent=1))
+        del weights, eager, blocks
+        gc.collect()
+        torch.cuda.empty_cache()
+    doc["tuned_notes"] = list(dict.fromkeys(ops.notes))
+    args.json.write_text(json.dumps(doc, indent=1))
+    print("tuned ops:", *doc["tuned_notes"], sep="\n  ")
+    print(f"wrote {args.json}")
+    return 1 if doc["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

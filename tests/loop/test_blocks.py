@@ -1,0 +1,300 @@
+"""Decoder blocks on the CPU with tiny configs: eager output, tuned ops from dispatch tables
+pointing at the shipped torch candidates, peer and missing-table fallbacks, decode/prefill
+agreement, and the streamed-bytes arithmetic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from loop.blocks import (
+    LlamaConfig,
+    MlaConfig,
+    bytes_streamed,
+    decoder_block,
+    eager_ops,
+    make_inputs,
+    make_weights,
+    param_count,
+    tuned_ops,
+)
+from loop.tasks import load_task
+
+LLAMA = LlamaConfig(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96)
+MLA = MlaConfig(
+    hidden=64, heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_dim=16, rope_dim=8,
+    v_head_dim=16, ffn=96,
+)  # fmt: skip
+CONFIGS = [LLAMA, MLA]
+SIZES = {"decode": (2, 19), "prefill": (2, 12)}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _run(cfg, ops, mode: str, seed: int = 1) -> tuple[torch.Tensor, ...]:
+    block = decoder_block(cfg, make_weights(cfg, "cpu", seed=0), ops)
+    return getattr(block, mode)(*make_inputs(cfg, mode, *SIZES[mode], device="cpu", seed=seed))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_eager_block_outputs_are_finite_and_shaped(cfg) -> None:
+    out, *new = _run(cfg, eager_ops(), "decode")
+    assert out.shape == (2, cfg.hidden) and torch.isfinite(out).all()
+    assert 0.1 < float(out.std()) < 10
+    if cfg.kind == "llama":
+        assert [tuple(t.shape) for t in new] == [(2, cfg.kv_heads, cfg.head_dim)] * 2
+    else:
+        assert [tuple(t.shape) for t in new] == [(2, cfg.kv_lora_rank), (2, cfg.rope_dim)]
+    (pre,) = _run(cfg, eager_ops(), "prefill")
+    assert pre.shape == (2, 12, cfg.hidden) and torch.isfinite(pre).all()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
+    """The decode step over a cache of the prompt's own entries gives the prefill's last row:
+    checks the cache layout, rope positions, GQA grouping and MLA's weight absorption."""
+    t = 9
+    block = decoder_block(cfg, make_weights(cfg, "cpu", seed=3), eager_ops())
+    x, cos, sin = make_inputs(cfg, "prefill", 1, t, seed=4)
+    (pre,) = block.prefill(x, cos, sin)
+    _, dummy_a, dummy_b, _, _ = make_inputs(cfg, "decode", 1, 1, seed=5)
+    entries = [
+        block.decode(x[:, i], dummy_a, dummy_b, cos[i : i + 1], sin[i : i + 1]) for i in range(t)
+    ]
+    if cfg.kind == "llama":
+        k_cache = torch.stack([e[1] for e in entries], dim=2)
+        v_cache = torch.stack([e[2] for e in entries], dim=2)
+    else:
+        k_cache = torch.stack([e[1] for e in entries], dim=1)
+        v_cache = torch.stack([e[2] for e in entries], dim=1)
+    out = block.decode(x[:, -1], k_cache, v_cache, cos[-1:], sin[-1:])[0]
+    assert _rel(out, pre[:, -1]) < 1e-5
+
+
+# Every op's task, with dims of the tiny configs and params of the shipped torch candidate.
+def _entries(cfg, mode: str) -> dict[str, list[dict]]:
+    b, n = SIZES[mode]
+    rows = b if mode == "decode" else b * n
+    if cfg.kind == "llama":
+        heads = [cfg.heads, cfg.kv_heads]
+        head_dim = cfg.head_dim
+        gemms = [
+            ((cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, cfg.hidden),
+            (cfg.hidden, cfg.heads * cfg.head_dim),
+        ]
+    else:
+        heads = [cfg.heads, 1]
+        head_dim = cfg.rope_dim
+        gemms = [
+            (cfg.q_lora_rank, cfg.hidden),
+            (cfg.heads * (cfg.qk_nope_dim + cfg.rope_dim), cfg.q_lora_rank),
+            (cfg.kv_lora_rank + cfg.rope_dim, cfg.hidden),
+            (cfg.hidden, cfg.heads * cfg.v_head_dim),
+        ]
+    gemms += [(2 * cfg.ffn, cfg.hidden), (cfg.hidden, cfg.ffn)]
+    hiddens = [cfg.hidden] + ([cfg.q_lora_rank, cfg.kv_lora_rank] if cfg.kind == "mla" else [])
+    dt = {"dtype": "float32"}
+    out = {
+        "rmsnorm": [
+            ({"tokens": rows, "hidden": h, **dt}, {"method": "vector_norm", "chunk_rows": 0})
+            for h in hiddens
+        ],
+        "add_rmsnorm": [({"tokens": rows, "hidden": cfg.hidden, **dt}, {"sum_dtype": "input"})],
+        "rope": [
+            ({"tokens": rows, "heads": h, "head_dim": head_dim, **dt}, {"compute": "input"})
+            for h in heads
+        ],
+        "swiglu": [({"tokens": rows, "ffn": cfg.ffn, **dt}, {"compute": "input"})],
+        "skinny_gemm": [({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in gemms],
+    }
+    if cfg.kind == "llama" and mode == "decode":
+        dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
+        dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
+        out["gqa_decode"] = [(dims, {"chunk": 8})]
+    if cfg.kind == "llama" and mode == "prefill":
+        dims = {"batch": b, "heads": cfg.heads, "head_dim": cfg.head_dim}
+        dims.update({"q_len": n, "kv_len": n, **dt})
+        out["prefill_attention"] = [(dims, {"chunk": 4})]
+    if cfg.kind == "mla" and mode == "decode":
+        dims = {"batch": b, "heads": cfg.heads, "kv_lora_rank": cfg.kv_lora_rank}
+        dims.update({"rope_dim": cfg.rope_dim, "kv_len": n, **dt})
+        out["mla_decode"] = [(dims, {"chunk": 8})]
+    return {
+        task: [
+            {
+                "shape": f"m{d['m']}" if task == "skinny_gemm" else f"s{i}",
+                "dims": d,
+                "source": "candidate",
+                "name": f"torch_{task}.py",
+                "params": p,
+                "commit": "",
+                "speedup": None,
+            }
+            for i, (d, p) in enumerate(pairs)
+        ]
+        for task, pairs in out.items()
+    }
+
+
+_BUCKETS = {
+    "rmsnorm": "tokens",
+    "add_rmsnorm": "tokens",
+    "rope": "tokens",
+    "swiglu": "tokens",
+    "skinny_gemm": "m",
+    "gqa_decode": "kv_len",
+    "prefill_attention": "kv_len",
+    "mla_decode": "kv_len",
+}
+
+
+def _write_tables(folder: Path, entries: dict[str, list[dict]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for task, rows in entries.items():
+        table = {"task": task, "bucket_key": _BUCKETS[task], "entries": rows}
+        (folder / f"dispatch-{task}.json").write_text(json.dumps(table))
+
+
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_tuned_torch_candidates_match_eager(cfg, mode: str, tmp_path: Path) -> None:
+    entries = _entries(cfg, mode)
+    _write_tables(tmp_path, entries)
+    ops = tuned_ops(tmp_path, "cpu")
+    tuned = _run(cfg, ops, mode)
+    eager = _run(cfg, eager_ops(), mode)
+    for t, e in zip(tuned, eager, strict=True):
+        assert _rel(t, e) < 1e-5
+    used = "\n".join(ops.notes)
+    for task in entries:
+        assert f"torch_{task}.py" in used, used
+    assert "eager" not in used.replace("tuned ops are the eager", ""), used
+
+
+def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
+    entries = _entries(LLAMA, "decode")
+    for row in entries["rmsnorm"]:
+        row.update(source="peer", name="torch.compile", params={})
+    _write_tables(tmp_path, {"rmsnorm": entries["rmsnorm"]})
+    ops = tuned_ops(tmp_path, "cpu")
+    tuned = _run(LLAMA, ops, "decode")
+    eager = _run(LLAMA, eager_ops(), "decode")
+    assert all(torch.equal(t, e) for t, e in zip(tuned, eager, strict=True))
+    assert any("peer 'torch.compile' wins, eager" in n for n in ops.notes), ops.notes
+
+
+def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
+    entries = _entries(LLAMA, "decode")
+    for row in entries["swiglu"]:
+        row["dims"]["ffn"] = LLAMA.ffn + 1
+    _write_tables(tmp_path, {"swiglu": entries["swiglu"]})
+    ops = tuned_ops(tmp_path, "cpu")
+    _run(LLAMA, ops, "decode")
+    assert any("swiglu" in n and "no dispatch entry, eager" in n for n in ops.notes), ops.notes
+
+
+def test_skinny_gemm_is_not_used_above_its_tuned_rows(tmp_path: Path) -> None:
+    entries = _entries(LLAMA, "decode")  # tuned at m = 2
+    _write_tables(tmp_path, {"skinny_gemm": entries["skinny_gemm"]})
+    ops = tuned_ops(tmp_path, "cpu")
+    _run(LLAMA, ops, "prefill")  # m = 24
+    assert any("outside the tuned range" in n for n in ops.notes), ops.notes
+
+
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_no_dispatch_tables_gives_eager_ops_with_a_note(where: str, tmp_path: Path) -> None:
+    folder = tmp_path / "nothing" if where == "missing" else tmp_path
+    ops = tuned_ops(folder, "cpu")
+    assert any("tuned ops are the eager ops" in n for n in ops.notes)
+    assert ops.rmsnorm is eager_ops().rmsnorm
+    tuned = _run(LLAMA, ops, "prefill")
+    eager = _run(LLAMA, eager_ops(), "prefill")
+    assert torch.equal(tuned[0], eager[0])
+
+
+def test_bytes_streamed_by_hand() -> None:
+    cfg = LlamaConfig(hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=6)
+    # norms 2*8; qkv (2+2)*4 x 8 = 128; o 8 x 8 = 64; gate/up 12 x 8 = 96; down 8 x 6 = 48.
+    weights = 16 + 128 + 64 + 96 + 48
+    assert param_count(cfg) == weights
+    assert sum(w.numel() for w in make_weights(cfg).values()) == weights
+    kv = 2 * 3 * 1 * 5 * 4  # K and V, batch 3, 1 KV head, context 5, head_dim 4
+    assert bytes_streamed(cfg, batch=3, context=5) == 2 * (weights + kv)
+    mla = MlaConfig(
+        hidden=8, heads=2, q_lora_rank=4, kv_lora_rank=6, qk_nope_dim=3, rope_dim=2,
+        v_head_dim=5, ffn=6,
+    )  # fmt: skip
+    # norms 8+4+6+8; wq_a 4x8; wq_b 2*5 x 4; wkv_a 8x8; w_uk 2*3*6; w_uv 2*5*6; wo 8 x 10;
+    # gate/up 12 x 8; down 8 x 6.
+    mla_weights = 26 + 32 + 40 + 64 + 36 + 60 + 80 + 96 + 48
+    assert param_count(mla) == mla_weights
+    assert bytes_streamed(mla, batch=2, context=7, itemsize=4) == 4 * (
+        mla_weights + 2 * 7 * (6 + 2)
+    )
+
+
+def test_bad_config_names_the_field() -> None:
+    with pytest.raises(ValueError, match="kv_heads"):
+        LlamaConfig(heads=6, kv_heads=4)
+    with pytest.raises(ValueError, match=r"MlaConfig\.heads"):
+        MlaConfig(heads=0)
+    with pytest.raises(ValueError, match="mode"):
+        make_inputs(LLAMA, "train", 1, 4)
+    with pytest.raises(ValueError, match="weights lack"):
+        decoder_block(LLAMA, {}, eager_ops())
+
+
+def _git(repo: Path, *args: str) -> str:
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_tuned_source_comes_from_the_run_workspace_commit(tmp_path: Path) -> None:
+    """A candidate the loop edited is run as committed in the run's workspace, not as shipped."""
+    repo = tmp_path / "workspace" / "study"
+    (repo / "rmsnorm").mkdir(parents=True)
+    shipped = (load_task("rmsnorm").folder / "torch_rmsnorm.py").read_text()
+    edited = shipped.replace(
+        "return (xf * inv * weight.float())", "return (2 * xf * inv * weight.float())"
+    )
+    assert edited != shipped
+    (repo / "rmsnorm" / "torch_rmsnorm.py").write_text(edited)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "edit")
+    commit = _git(repo, "rev-parse", "HEAD")
+    rows = _entries(LLAMA, "decode")["rmsnorm"]
+    for row in rows:
+        row["commit"] = commit
+    _write_tables(tmp_path, {"rmsnorm": rows})
+    ops = tuned_ops(tmp_path, "cpu")
+    x = torch.randn(2, LLAMA.hidden)
+    w = torch.ones(LLAMA.hidden)
+    assert torch.allclose(ops.rmsnorm(x, w), 2 * eager_ops().rmsnorm(x, w), rtol=1e-5)
+    assert any("workspace commit" in n for n in ops.notes), ops.notes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_block_replays_in_a_cuda_graph(cfg, mode: str) -> None:
+    from baselines.timer import GpuTimer
+
+    block = decoder_block(cfg, make_weights(cfg, "cuda"), eager_ops())
+    inputs = make_inputs(cfg, mode, *SIZES[mode], device="cuda", seed=2)
+    direct = getattr(block, mode)(*inputs)
+    graph, out = GpuTimer("cuda").capture(lambda: getattr(block, mode)(*inputs))
+    for t in out:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(out, direct, strict=True):
+        # The same kernels, though cuBLAS may pick another algorithm under capture.
+        assert torch.isfinite(got).all() and _rel(got, want) < 1e-2
