@@ -100,7 +100,37 @@ FORBIDDEN_ATTRIBUTES = {
     "deviceSetLimit": "changing device limits (persisting L2 size)",
     "ctxResetPersistingL2Cache": "changing the harness's L2 state",
     "__traceback__": "frame access",
+    # modules that allowed packages re-export as attributes (numpy.ctypeslib.ctypes,
+    # torch.utils.cpp_extension.subprocess, triton.runtime.build.subprocess, ...)
+    "ctypes": "raw memory and C calls",
+    "ctypeslib": "raw memory and C calls",
+    "pythonapi": "raw memory and C calls",
+    "subprocess": "starting processes",
+    "multiprocessing": "starting processes",
+    "Process": "starting processes",
+    "threading": "starting threads",
+    "importlib": "dynamic import",
+    "shutil": "file operations",
+    # file I/O without open()
+    "tofile": "file I/O",
+    "fromfile": "file I/O",
+    "memmap": "file I/O",
+    "from_file": "file I/O",
+    "save": "file I/O",
+    "savez": "file I/O",
+    "savetxt": "file I/O",
+    "loadtxt": "file I/O",
+    "genfromtxt": "file I/O",
+    "sched_setaffinity": "changing the worker's CPUs",
+    "setpriority": "changing the worker's priority",
+    "set_num_threads": "changing the harness's thread count",
+    "set_num_interop_threads": "changing the harness's thread count",
+    "set_default_dtype": "changing the harness's defaults",
+    "set_default_device": "changing the harness's defaults",
 }
+
+# `<module>.load` (numpy.load, torch.load) reads files and unpickles; `tl.load` is Triton's.
+FILE_LOADERS = {"numpy", "torch"}
 
 
 # cupy's raw CUDA runtime and driver bindings (persisting-L2 windows, device limits, stream
@@ -216,7 +246,8 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
         elif isinstance(node, ast.ClassDef | ast.FunctionDef):
             defined_here.add(node.name)
 
-    module_names = set(aliases)
+    module_names = set(aliases) | _module_aliases(tree, set(aliases))
+    parameters = _parameters(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             reasons.append(
@@ -236,6 +267,14 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                         "forbidden-call",
                         f"line {node.lineno}: .{node.attr} ({FORBIDDEN_ATTRIBUTES[node.attr]})",
                     )
+                )
+            elif (
+                node.attr == "load"
+                and isinstance(node.value, ast.Name)
+                and aliases.get(node.value.id) in FILE_LOADERS
+            ):
+                reasons.append(
+                    reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (file I/O)")
                 )
             elif node.attr in forbidden_ops:
                 reasons.append(
@@ -257,7 +296,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             targets = list(node.targets)
         for target in targets:
             for sub in ast.walk(target):
-                if isinstance(sub, ast.Attribute) and _root_name(sub) in module_names:
+                if isinstance(sub, ast.Attribute) and _root_name(sub) in module_names | parameters:
                     reasons.append(
                         reason(
                             "foreign-attribute-assignment",
@@ -297,6 +336,44 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             )
         )
     return StaticReport(language, _dedupe(reasons))
+
+
+def _module_aliases(tree: ast.Module, modules: set[str]) -> set[str]:
+    """Names bound to a plain attribute chain of a module (`_lin = torch.linalg`), so that
+    assigning to their attributes counts as assigning to the module's."""
+    found = set(modules)
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(tree):
+            value = getattr(node, "value", None)
+            if not isinstance(node, ast.Assign | ast.AnnAssign) or value is None:
+                continue
+            chain = value
+            while isinstance(chain, ast.Attribute):
+                chain = chain.value
+            if not (isinstance(chain, ast.Name) and chain.id in found):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name) and sub.id not in found:
+                        found.add(sub.id)
+                        changed = True
+    return found - modules
+
+
+def _parameters(tree: ast.Module) -> set[str]:
+    """Parameter names of the candidate's functions (a module can be passed in as one), less
+    `self` and `cls` of its own classes."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                if arg is not None:
+                    names.add(arg.arg)
+    return names - {"self", "cls"}
 
 
 def _dedupe(reasons: list[Reason]) -> list[Reason]:

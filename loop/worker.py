@@ -30,8 +30,9 @@ from pathlib import Path
 from loop.worker_child import Channel, ChildSettings, run_child
 
 CANDIDATE_MODULE_PREFIX = "autotune_candidate_"
-CPU_ROTATION = 4  # value sets cycled through the timed buffers on the CPU, one per sample
-GPU_ROTATION = 2  # on the GPU, one per block
+FRESH_SALT = (
+    10_000  # timing draws value set FRESH_SALT + k for its k-th sample (CPU) or block (GPU)
+)
 PERTURB_FRACTIONS = (0.02, 0.002)  # share of elements changed by each perturbed re-verification
 
 CAPTURE_BYTES = 1 << 30  # outputs held by one runner's captures of one shape, at most
@@ -450,7 +451,27 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
     return why
 
 
+class _InputsModified(Exception):
+    """A timed or re-verified call changed its input buffers."""
+
+
+def _unchanged(inputs: tuple, source: tuple) -> bool:
+    return all(_same_values(a, b) for a, b in zip(inputs, source, strict=True))
+
+
+def _same_values(a, b) -> bool:
+    if not hasattr(a, "shape"):
+        return a == b
+    if a.shape != b.shape:
+        return False
+    if a.equal(b):
+        return True
+    return a.is_floating_point() and bool((a == b).logical_or(a.isnan() & b.isnan()).all())
+
+
 def _classify(exc: BaseException, where: str, reason):
+    if isinstance(exc, _InputsModified):
+        return reason("inputs-modified", f"{where}: {exc}"[:500])
     if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
         return reason("out-of-memory", f"{where}: {type(exc).__name__}: {exc}"[:500])
     return reason("crash", f"{where}: {type(exc).__name__}: {exc}"[:500])
@@ -535,14 +556,23 @@ def _time_shape(
     blocks (GPU), outside the timed region. Afterwards each candidate's timed path runs again on
     perturbed and on new values in those buffers and is checked again."""
     torch, timing, device = ctx.torch, ctx.timing, ctx.device
-    pool = _value_sets(ctx, shape, CPU_ROTATION if device == "cpu" else GPU_ROTATION, 2)
-    inputs = tuple(t.clone() for t in pool[0])
+    # No value set is ever used twice: a cache keyed on the inputs' whole contents (a checksum,
+    # cheap next to a compute-bound kernel) never hits.
+    current = list(_value_sets(ctx, shape, 1, FRESH_SALT))
+    inputs = tuple(t.clone() for t in current[0])
     turn = [0]
 
     def rotate() -> None:
         turn[0] += 1
-        for buf, new in zip(inputs, pool[turn[0] % len(pool)], strict=True):
+        current[0] = _value_sets(ctx, shape, 1, FRESH_SALT + turn[0])[0]
+        for buf, new in zip(inputs, current[0], strict=True):
             buf.copy_(new)
+
+    def untouched() -> None:
+        """After a block: the buffers still hold the values put in (a candidate that writes an
+        input it has an answer for, and answers from memory, would be timed doing nothing)."""
+        if not _unchanged(inputs, current[0]):
+            raise _InputsModified("an input changed during timed calls")
 
     bound = []  # (runner, block(n) -> samples, replay() -> each capture's timed outputs)
     for runner in live:
@@ -564,7 +594,9 @@ def _time_shape(
                 def block(n, slots=slots, turn_of=turn_of):
                     rotate()
                     turn_of[0] += 1
-                    return timer.block(slots[turn_of[0] % len(slots)][0], n)
+                    samples = timer.block(slots[turn_of[0] % len(slots)][0], n)
+                    untouched()
+                    return samples
 
                 def replay(slots=slots):
                     # Every capture is checked on its own, its outputs poisoned first: captures
@@ -584,6 +616,7 @@ def _time_shape(
                     for _ in range(n):
                         rotate()
                         samples += timing.cpu_block(lambda: _call(r, inputs), 1)
+                        untouched()
                     return samples
 
                 def replay(r=runner):
@@ -619,7 +652,7 @@ def _time_shape(
                 (r, _marked(chan, r.label, shape.name, b.inner, i), p)
                 for i, (r, b, p) in enumerate(bound)
             ]
-    pool.clear()  # free the value sets before the re-verification draws its own
+    current.clear()  # free the last value set before the re-verification draws its own
     floor = _floor_s(ctx.task, shape, ceilings)
     checked = []
     for i, ((runner, _, replay), blocks) in enumerate(zip(bound, medians, strict=True)):
@@ -708,7 +741,6 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
             values = _perturbed(ctx, shape, inputs, fraction, salt)
         for buf, new in zip(inputs, values, strict=True):
             buf.copy_(new)
-        del values
         outputs = []
         for runner, replay in checked:
             if not runner.ok:
@@ -717,12 +749,18 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
             chan.mark(runner.label, shape.name)
             try:
                 outputs.append(replay())
+                if not _unchanged(inputs, values):
+                    raise _InputsModified(f"an input changed while re-verifying ({kind} values)")
             except BaseException as exc:
                 runner.reasons.append(_classify(exc, shape.name, ctx.reason))
                 outputs.append(None)
+                for buf, new in zip(inputs, values, strict=True):
+                    buf.copy_(new)
         if all(o is None for o in outputs):
             return
-        refs = _reference(ctx.task, inputs, torch)
+        # From the harness's own copy: the buffers the candidates saw are theirs to spoil.
+        refs = _reference(ctx.task, values, torch)
+        del values
         for (runner, _), captures in zip(checked, outputs, strict=True):
             if captures is None or not runner.ok:
                 continue

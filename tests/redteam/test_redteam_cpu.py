@@ -42,6 +42,15 @@ STATIC = {
     "15-edit-task-file": ("edits_task.py", "forbidden-call"),
     "18-os-exit": ("exits_worker.py", "forbidden-import"),
     "18-subclasses-walk": ("exits_via_subclasses.py", "forbidden-call"),
+    # found by the red team of 2026-11-29 evening: module aliases and re-exported modules
+    "5-assign-through-module-alias": ("alias_patch_norm.py", "foreign-attribute-assignment"),
+    "5-slow-the-peer-through-alias": ("slows_peer_via_alias.py", "foreign-attribute-assignment"),
+    "5-patch-the-cpu-timer": ("patches_cpu_block.py", "forbidden-call"),
+    "9-ctypes-via-numpy": ("ctypes_escape.py", "forbidden-call"),
+    "15-shell-via-cpp-extension": ("subprocess_escape.py", "forbidden-call"),
+    "15-file-io-without-open": ("file_io.py", "forbidden-call"),
+    "18-pin-the-worker": ("pins_worker.py", "forbidden-call"),
+    "18-threads-for-the-peers": ("threads_peers.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
@@ -68,6 +77,7 @@ TIMED = {
     "7-cut-corners-later": ("cuts_corners_later.py", {"reverify-mismatch"}),
     "6-cache-by-fingerprint": ("caches_by_fingerprint.py", {"reverify-mismatch"}),
     "6-cache-by-row-fingerprint": ("caches_by_fingerprint_wide.py", {"reverify-mismatch"}),
+    "2-7-rewrite-inputs-when-timed": ("rewrites_inputs_when_timed.py", {"inputs-modified"}),
 }
 
 # Each kills or stalls its own process at run time, past every static check (entry 18).
