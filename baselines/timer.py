@@ -211,6 +211,17 @@ class GpuTimer:
             raise CaptureError(f"{type(exc).__name__}: {exc}") from exc
         return graph, out
 
+    def rotating(self, graphs: list[torch.cuda.CUDAGraph]) -> Callable[[int], list[float]]:
+        """`block` over several captures of one callable, the next capture for each block
+        (`CAPTURE_SLOTS` says why)."""
+        turn = [0]
+
+        def block(n: int) -> list[float]:
+            turn[0] += 1
+            return self.block(graphs[turn[0] % len(graphs)], n)
+
+        return block
+
     def block(self, graph: torch.cuda.CUDAGraph, n: int) -> list[float]:
         """n samples of one replay each, in seconds."""
         starts = [_Event(enable_timing=True) for _ in range(n)]

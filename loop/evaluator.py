@@ -17,7 +17,7 @@ from baselines.stats import summarize
 from loop.guards import check_source
 from loop.reasons import Reason, reason
 from loop.tasks import Task
-from loop.worker_pool import ask, harness_env, prestart_worker  # noqa: F401 (re-exported)
+from loop.worker_pool import ask, harness_env
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_CPU_MEMORY_BYTES = 12 * 2**30

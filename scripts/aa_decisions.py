@@ -56,13 +56,7 @@ def _runner(timer: GpuTimer, fn, slots: int):
     """A block function over `slots` captures of `fn` (each with its own output buffers), one
     capture per block in turn, so no decision rests on where one capture's outputs landed."""
     graphs = [timer.capture(fn)[0] for _ in range(slots)]
-    turn = [0]
-
-    def block(n: int) -> list[float]:
-        turn[0] += 1
-        return timer.block(graphs[turn[0] % slots], n)
-
-    return block, graphs
+    return timer.rotating(graphs), graphs
 
 
 def _pct(sorted_values: list[float], q: float) -> float:

@@ -41,12 +41,7 @@ def baseline(
     result = run_suite(
         dev, quick=quick, progress=None if as_json else lambda m: console.print(f"  {m}")
     )
-    data = result.to_dict()
-    if out_file is not None:
-        write_json(out_file, data)
-    if as_json:
-        emit_json(data)
-    else:
+    if _saved_and_emitted(result.to_dict(), out_file, as_json):
         console.print(render_result(result))
 
 
@@ -63,11 +58,7 @@ def baseline_p2p(out_file: Path | None, quick: bool, as_json: bool) -> None:
         quick=quick, progress=None if as_json else lambda m: console.print(f"  {m}")
     )
     data = result.to_dict()
-    if out_file is not None:
-        write_json(out_file, data)
-    if as_json:
-        emit_json(data)
-    else:
+    if _saved_and_emitted(data, out_file, as_json):
         for note in data.get("notes", []):
             console.print(note)
         console.print_json(data=data)
@@ -94,3 +85,12 @@ def baseline_compare(a: str, b: str, as_json: bool) -> None:
     else:
         console.print(render_comparison(cmp))
         console.print(cmp.summary)
+
+
+def _saved_and_emitted(data: dict, out_file: Path | None, as_json: bool) -> bool:
+    """Write `data` to --out and, with --json, print it; True when the text view is wanted."""
+    if out_file is not None:
+        write_json(out_file, data)
+    if as_json:
+        emit_json(data)
+    return not as_json

@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loop.evaluator import CandidateSpec, Limits, evaluate, prestart_worker
+from loop.evaluator import CandidateSpec, Limits, evaluate
 from loop.tasks import load_task
 from loop.worker_child import run_child
-from loop.worker_pool import REUSE_ENV, shutdown_workers
+from loop.worker_pool import REUSE_ENV, prestart_worker, shutdown_workers
 
 REDTEAM = Path(__file__).parent.parent / "redteam" / "candidates"
 HERE = Path(__file__).parent / "candidates"

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 
 from appliance.report import SCHEMA_VERSION, load_schema, validate_file, validate_report
 from appliance.report.schema import SCHEMA_FILES, ReportError
+from tests.appliance.report.doc_paths import delete_at, set_at
 from tests.appliance.sample_report import sample_report
 
 
@@ -52,25 +53,6 @@ def test_open_and_nullable_parts_accept_what_they_promise() -> None:
     del doc["gains"]
     doc["fingerprint"]["gpus"] = []
     assert validate_report(doc) == []
-
-
-def _set(doc: dict, path: str, value: object) -> None:
-    *parents, last = path.split("/")
-    node = doc
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
-def _delete(doc: dict, path: str) -> None:
-    *parents, last = path.split("/")
-    node = doc
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    del node[last]
 
 
 WINNER = "tasks/0/shapes/2/winner"
@@ -116,7 +98,7 @@ def test_a_bad_value_gives_an_error_naming_its_path(
     path: str, value: object, where: str, words: str
 ) -> None:
     doc = sample_report()
-    _set(doc, path, value)
+    set_at(doc, path, value)
     errors = validate_report(doc)
     assert where in _paths(errors), errors
     assert any(words in e.message for e in errors if e.path == where), errors
@@ -124,7 +106,7 @@ def test_a_bad_value_gives_an_error_naming_its_path(
 
 def test_negative_time_error_reads_as_path_then_reason() -> None:
     doc = sample_report()
-    _set(doc, f"{WINNER}/timing/median_s", -1)
+    set_at(doc, f"{WINNER}/timing/median_s", -1)
     assert [str(e) for e in validate_report(doc)] == [
         f"{WINNER}/timing/median_s: -1 is less than the minimum of 0"
     ]
@@ -143,14 +125,14 @@ def test_negative_time_error_reads_as_path_then_reason() -> None:
 )
 def test_a_missing_required_field_is_named(path: str) -> None:
     doc = sample_report()
-    _delete(doc, path)
+    delete_at(doc, path)
     errors = validate_report(doc)
     assert [(e.path, e.message) for e in errors] == [(path, "required field is missing")]
 
 
 def test_every_missing_field_of_an_empty_timing_is_listed() -> None:
     doc = sample_report()
-    _set(doc, "tasks/0/shapes/1/incumbent", {"median_s": 1e-5})
+    set_at(doc, "tasks/0/shapes/1/incumbent", {"median_s": 1e-5})
     missing = {e.path.rsplit("/", 1)[1] for e in validate_report(doc)}
     assert missing == {"ci_low_s", "ci_high_s", "n_blocks", "n_samples", "method"}
 

@@ -9,27 +9,9 @@ import pytest
 
 from appliance.report import SCHEMA_VERSION, checked, upgrade, validate_report
 from appliance.report.document import InvalidReport
+from tests.appliance.report.doc_paths import delete_at, set_at
 from tests.appliance.report.sample_v2 import sample_v2
 from tests.appliance.sample_report import sample_report
-
-
-def _set(doc: dict, path: str, value: object) -> None:
-    *parents, last = path.split("/")
-    node = doc
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
-def _delete(doc: dict, path: str) -> None:
-    *parents, last = path.split("/")
-    node = doc
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    del node[int(last) if isinstance(node, list) else last]
 
 
 def test_current_version_is_2_and_the_full_sample_is_valid() -> None:
@@ -166,7 +148,7 @@ def test_a_bad_v2_value_gives_an_error_naming_its_path(
     path: str, value: object, where: str, words: str
 ) -> None:
     doc = sample_v2()
-    _set(doc, path, value)
+    set_at(doc, path, value)
     errors = validate_report(doc)
     assert where in [e.path for e in errors], errors
     assert any(words in e.message for e in errors if e.path == where), errors
@@ -195,7 +177,7 @@ def test_reason_counts_must_cover_the_rejected_proposals() -> None:
 )
 def test_a_missing_required_v2_field_is_named(path: str) -> None:
     doc = sample_v2()
-    _delete(doc, path)
+    delete_at(doc, path)
     assert [(e.path, e.message) for e in validate_report(doc)] == [
         (path, "required field is missing")
     ]
