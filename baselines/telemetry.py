@@ -120,11 +120,16 @@ class TelemetrySampler:
 
 
 def block_is_clean(
-    summary: BlockTelemetry, median_clock: float | None, max_drop: float = 0.05
+    summary: BlockTelemetry,
+    median_clock: float | None,
+    max_drop: float = 0.05,
+    power_is_steady: bool = False,
 ) -> bool:
     """False when the block saw a thermal or power slowdown, or an SM clock more than `max_drop`
-    (a fraction) under `median_clock`; a block without clock readings is judged on reasons only."""
-    if summary.slowdown:
+    (a fraction) under `median_clock`; a block without clock readings is judged on reasons only.
+    `power_is_steady`: the work is meant to run at the power limit (a large GEMM), so a power
+    slowdown is its normal state, recorded but not a reason to measure again."""
+    if summary.thermal_slowdown or (summary.power_slowdown and not power_is_steady):
         return False
     if median_clock is None or summary.sm_clock_min_mhz is None:
         return True
@@ -153,11 +158,16 @@ class BlockRecord:
 
 
 def clean_block_hook(
-    sampler: TelemetrySampler, log: list[BlockRecord], max_drop: float = 0.05, label: str = ""
+    sampler: TelemetrySampler,
+    log: list[BlockRecord],
+    max_drop: float = 0.05,
+    label: str = "",
+    power_is_steady: bool = False,
 ) -> Callable[[int, int, list[float]], bool]:
     """An `on_block` for `run_interleaved`: records each block's telemetry in `log` and asks for
-    a block again when it is not clean. The reference clock is the median over the blocks seen so
-    far (this one included) of their median SM clock. `label` tags the records."""
+    a block again when it is not clean (see `block_is_clean`). The reference clock is the median
+    over the blocks seen so far (this one included) of their median SM clock. `label` tags the
+    records."""
     sampler.take()  # start the first window here, not when the sampler started
 
     def on_block(runner: int, block: int, samples: list[float]) -> bool:
@@ -166,7 +176,7 @@ def clean_block_hook(
         if summary.sm_clock_median_mhz is not None:
             clocks.append(summary.sm_clock_median_mhz)
         reference = float(statistics.median(clocks)) if clocks else None
-        clean = block_is_clean(summary, reference, max_drop)
+        clean = block_is_clean(summary, reference, max_drop, power_is_steady)
         log.append(BlockRecord(runner, block, summary, clean, label))
         return clean
 

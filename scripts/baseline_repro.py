@@ -1,5 +1,6 @@
 """Reproducibility of the baseline suite (issue 4): `autotune baseline --json` twice, in two
-separate processes, and per metric whether the two runs agree within their intervals.
+separate processes, and per metric whether the two runs agree within their intervals. Each run
+is itself pooled from 5 suite processes (1 with `--quick`): see `baselines/suite_processes.py`.
 
 A metric agrees when its two 95 % intervals overlap. Also shown: whether each run's value lies
 inside the other's interval (a stricter reading), the ratio of the two runs with the interval

@@ -88,7 +88,7 @@ torch.cuda.synchronize()
         timeout "$(limit 240)" python3 scripts/bench_evaluator_cost.py --out "$OUT/evaluator-cost.json" 2>&1 | tee "$OUT/cost.log" | tail -15
         ;;
     repro)
-        timeout "$(limit 300)" python3 scripts/baseline_repro.py "$OUT/baseline-repro.json" --device cuda 2>&1 | tee "$OUT/repro.log" | tail -15
+        timeout "$(limit 420)" python3 scripts/baseline_repro.py "$OUT/baseline-repro.json" --device cuda 2>&1 | tee "$OUT/repro.log" | tail -15
         ;;
     search)
         timeout "$(limit 240)" python3 scripts/bench_search_efficiency.py --measure-only --out "$OUT/search-measured.json" 2>&1 | tee "$OUT/search.log" | tail -15

@@ -14,6 +14,7 @@ from appliance.commands.options import (
 )
 from appliance.output import (
     EXIT_CODES_HELP,
+    EXIT_REJECTED,
     UsageFailure,
     console,
     emit_json,
@@ -23,24 +24,45 @@ from appliance.output import (
 @click.group(invoke_without_command=True, epilog=EXIT_CODES_HELP)
 @OUT_FILE
 @click.option("--quick", is_flag=True, help="Fewer samples (the CPU suite in seconds).")
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fresh processes to run the suite in, one after another, pooling each metric's "
+    "blocks, so that the interval covers what differs from one process to the next "
+    "(where buffers landed, the GPU's thermal state). Default 5, or 1 with --quick.",
+)
 @DEVICE
 @JSON
 @click.pass_context
 def baseline(
-    ctx: click.Context, out_file: Path | None, quick: bool, device: str, as_json: bool
+    ctx: click.Context,
+    out_file: Path | None,
+    quick: bool,
+    processes: int | None,
+    device: str,
+    as_json: bool,
 ) -> None:
     """Measure the host's baselines: bandwidths, GEMM rate, launch latency, graph replay."""
     if ctx.invoked_subcommand is not None:
         return
     from appliance.devices import resolve_device
-    from baselines.suite import render_result, run_suite
+    from baselines.suite import render_result
+    from baselines.suite_processes import DEFAULT_PROCESSES, SuiteProcessError, pooled_suite
 
     dev, note = resolve_device(device)
     if not as_json:
         console.print(note)
-    result = run_suite(
-        dev, quick=quick, progress=None if as_json else lambda m: console.print(f"  {m}")
-    )
+    try:
+        result = pooled_suite(
+            dev,
+            quick=quick,
+            processes=processes or (1 if quick else DEFAULT_PROCESSES),
+            progress=None if as_json else lambda m: console.print(f"  {m}"),
+        )
+    except SuiteProcessError as exc:
+        console.print(f"error: {exc}")
+        ctx.exit(EXIT_REJECTED)
     if _saved_and_emitted(result.to_dict(), out_file, as_json):
         console.print(render_result(result))
 

@@ -18,8 +18,9 @@ def h200() -> SimulatedNvml:
 
 
 def test_samples_are_tagged_with_the_stage_and_fit_the_report_schema(h200) -> None:
-    with RunTelemetry(h200, 0, period_s=0.01) as telemetry:
-        telemetry.label = "baselines"
+    telemetry = RunTelemetry(h200, 0, period_s=0.01)
+    telemetry.label = "baselines"  # the read on entering has it, however late the thread runs
+    with telemetry:
         time.sleep(0.05)
         telemetry.label = "loop"
         time.sleep(0.05)

@@ -150,3 +150,5 @@ def test_gpu_suite() -> None:
     if telemetry["available"]:
         assert telemetry["overall"]["blocks"] > 0
         assert telemetry["metrics"]["device_copy_bandwidth"]["sm_clock_median_mhz"] > 0
+        assert telemetry["metrics"]["bf16_gemm"]["power_bound"] is True
+        assert telemetry["metrics"]["device_copy_bandwidth"]["power_bound"] is False

@@ -136,6 +136,20 @@ def test_a_block_that_stays_throttled_is_kept_after_the_retries(sim: SimulatedNv
     assert summary["remeasured_blocks"] == 2 * RULE.max_blocks  # the timer retries twice
 
 
+def test_work_meant_for_the_power_limit_is_not_measured_again_for_it(sim: SimulatedNvml) -> None:
+    sim.set_field(0, "clock_event_reasons_current", POWER_CAP)
+    log: list[BlockRecord] = []
+    with TelemetrySampler(sim, 0, period_s=60) as sampler:
+        hook = clean_block_hook(sampler, log, power_is_steady=True)
+        run_interleaved([lambda n: cpu_block(lambda: None, n)], RULE, on_block=hook)
+        summary = summarize_records(log)
+        assert summary["remeasured_blocks"] == 0 and summary["unclean_blocks_kept"] == 0
+        assert summary["power_slowdown_blocks"] == RULE.max_blocks  # seen and recorded
+        sim.set_field(0, "clock_event_reasons_current", THERMAL | POWER_CAP)
+        block = sampler.take()
+    assert not block_is_clean(block, median_clock=None, power_is_steady=True)  # heat still counts
+
+
 def test_nvml_index_for(sim: SimulatedNvml) -> None:
     uuid = recorded(sim, "uuid")
     assert nvml_index_for(sim, uuid, None) == 0

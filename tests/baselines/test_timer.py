@@ -164,22 +164,24 @@ def test_paired_runners_share_the_block_size_of_the_fastest() -> None:
     assert slow.calls[1:] == fast.calls[1:] == [100, 100]
 
 
-def test_time_limits() -> None:
+def test_time_limits(monkeypatch) -> None:
+    now = [0.0]  # a fake clock that only moves when a block runs: no dependence on machine load
+    monkeypatch.setattr(timer, "_perf_counter", lambda: now[0])
     calls: list[int] = []
 
     def sleepy(n: int) -> list[float]:
         calls.append(n)
-        time.sleep(0.005)
+        now[0] += 1 / 128  # a binary fraction, so the sums below are exact
         return [1.0 + 0.3 * math.sin(len(calls))] * n  # never precise enough to stop on
 
-    rule = StoppingRule(samples_per_block=1, min_blocks=2, max_blocks=10_000, max_time_s=0.05)
+    rule = StoppingRule(samples_per_block=1, min_blocks=2, max_blocks=10_000, max_time_s=0.25)
     result = measure_interleaved([sleepy], rule)
     assert result.stop_reason == "max_time"
-    assert 1 <= result.blocks < rule.max_blocks
+    assert result.blocks == 32  # 0.25 s of 1/128 s blocks, counted from after the warm-up
     calls.clear()
-    warm = StoppingRule(samples_per_block=1, min_blocks=1, max_blocks=1, warmup=1, warmup_s=0.03)
+    warm = StoppingRule(samples_per_block=1, min_blocks=1, max_blocks=1, warmup=1, warmup_s=4 / 128)
     measure_interleaved([sleepy], warm)
-    assert len(calls) >= 3  # the warm-up repeats until warmup_s has passed, then one block
+    assert len(calls) == 4 + 1  # the warm-up repeats until warmup_s has passed, then one block
 
 
 def test_run_interleaved_is_measure_interleaved_medians() -> None:
