@@ -34,7 +34,6 @@ class RunTelemetry(TelemetrySampler):
 
     def __enter__(self) -> RunTelemetry:
         self._start = time.monotonic()
-        self._read()  # the state at the start, whenever the thread first runs
         super().__enter__()
         return self
 

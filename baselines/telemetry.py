@@ -87,6 +87,10 @@ class TelemetrySampler:
 
     def __enter__(self) -> TelemetrySampler:
         self._stop.clear()
+        try:
+            self._read()  # the first read is here, not whenever the thread first runs
+        except Exception as exc:  # as in the thread: a dying driver must not stop the measuring
+            self.error = f"{type(exc).__name__}: {exc}"
         self._thread = threading.Thread(target=self._run, name="nvml-telemetry", daemon=True)
         self._thread.start()
         return self
@@ -105,7 +109,6 @@ class TelemetrySampler:
 
     def _run(self) -> None:
         try:
-            self._read()
             while not self._stop.wait(self.period_s):
                 self._read()
         except Exception as exc:  # a dying driver must not take the measurement down with it

@@ -71,6 +71,12 @@ PLANS = [
         _grid({"threads": [512, 1024], "cache_kb": [0, 96, 200], "unroll": [2, 4]}),
     ),
     Plan(
+        "softmax",
+        "cupy_softmax_cluster.py",
+        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        _grid({"cluster": [2, 4, 8], "threads": [256, 512, 1024], "unroll": [2, 4]}),
+    ),
+    Plan(
         "cross_entropy",
         "triton_cross_entropy.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],

@@ -4,6 +4,7 @@ on the GPU the Triton and CuPy candidates."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -97,8 +98,38 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ("triton_softmax.py", {}),
             ("cupy_softmax.py", {}),
             ("cupy_softmax.py", {"cache_kb": 0, "threads": 256, "unroll": 1}),
+            ("cupy_softmax_cluster.py", {}),
+            ("cupy_softmax_cluster.py", {"cluster": 8, "threads": 1024, "unroll": 4}),
+            ("cupy_softmax_cluster.py", {"cluster": 2, "threads": 256, "unroll": 1}),
             ("torch_softmax.py", {}),
         ],
     )
     for verdict in ev.verdicts:
         assert verdict.accepted, (verdict.label, verdict.params, verdict.reasons)
+
+
+def test_the_cluster_kernel_compiles_for_hopper(task) -> None:
+    """The CUDA source (inline PTX for the cluster barrier and distributed shared memory
+    included) goes through NVRTC and ptxas for sm_90 at each compile-time parameter: no GPU is
+    needed, so a typo costs no device time. Running it is the GPU test below."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:  # the CUDA wheels are absent or do not load here
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    spec = importlib.util.spec_from_file_location(
+        "cupy_softmax_cluster", task.folder / "cupy_softmax_cluster.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for cluster in module.PARAMS["cluster"]:
+        for unroll in module.PARAMS["unroll"]:
+            program = nvrtc.createProgram(module.SOURCE, "softmax_cluster.cu", [], [])
+            options = ["-arch=sm_90", *module.compile_options(cluster, unroll)]
+            try:
+                nvrtc.compileProgram(program, options)
+            except Exception as exc:
+                log = nvrtc.getProgramLog(program)
+                pytest.fail(f"cluster={cluster} unroll={unroll}: {exc}\n{log}")
+            assert len(nvrtc.getCUBIN(program)) > 0

@@ -5,6 +5,7 @@ recovered (interrupted and re-offered, or completed when its keep reached the in
 from __future__ import annotations
 
 import multiprocessing
+import re
 from pathlib import Path
 
 import optuna
@@ -24,6 +25,12 @@ def _urls(tmp_path: Path, request) -> str:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(tmp_path: Path, request) -> str:
     return _urls(tmp_path, request)
+
+
+@pytest.fixture
+def name(request) -> str:
+    """A study name of this test alone: the PostgreSQL database is shared by the session."""
+    return re.sub(r"\W", "-", request.node.name)
 
 
 def _claim_many(url: str, study: str, keys: list[str], out) -> None:
@@ -47,21 +54,21 @@ def test_each_key_is_claimed_by_exactly_one_process(url: str, request) -> None:
     assert set(Ledger(url, study).claimed()) == set(keys)
 
 
-def test_incumbent_swaps_only_from_the_version_it_was_measured_against(url: str) -> None:
-    ledger = Ledger(url, "cas")
+def test_incumbent_swaps_only_from_the_version_it_was_measured_against(url: str, name: str) -> None:
+    ledger = Ledger(url, name)
     first = ledger.incumbent(START)
     assert first.version == 0 and first.value == START
     won = ledger.swap_incumbent(0, {"source": "a", "trial": 1})
     lost = ledger.swap_incumbent(0, {"source": "b", "trial": 2})
     assert won is not None and won.version == 1
     assert lost is None
-    now = Ledger(url, "cas").incumbent({"source": "ignored"})
+    now = Ledger(url, name).incumbent({"source": "ignored"})
     assert now.version == 1 and now.value["source"] == "a"
 
 
-def test_a_dead_owners_trial_is_interrupted_and_its_claim_released(url: str) -> None:
-    study = open_study(url, "orphans", {"n": [1, 2, 3]})
-    ledger = Ledger(url, "orphans")
+def test_a_dead_owners_trial_is_interrupted_and_its_claim_released(url: str, name: str) -> None:
+    study = open_study(url, name, {"n": [1, 2, 3]})
+    ledger = Ledger(url, name)
     trial = study.ask()
     trial.suggest_categorical("n", [1, 2, 3])
     import socket
@@ -77,11 +84,11 @@ def test_a_dead_owners_trial_is_interrupted_and_its_claim_released(url: str) -> 
     assert study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
 
 
-def test_a_trial_killed_after_its_keep_is_completed_from_the_incumbent(url: str) -> None:
+def test_a_trial_killed_after_its_keep_is_completed_from_the_incumbent(url: str, name: str) -> None:
     import socket
 
-    study = open_study(url, "kept", {})
-    ledger = Ledger(url, "kept")
+    study = open_study(url, name, {})
+    ledger = Ledger(url, name)
     trial = study.ask()
     trial.set_user_attr("owner", f"{socket.gethostname()}:999999999")
     ledger.claim("step:0", trial.number, "dead")

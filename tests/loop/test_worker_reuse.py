@@ -6,6 +6,7 @@ worker per evaluation."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -120,8 +121,18 @@ def test_a_worker_killed_during_an_evaluation_takes_its_children_along(task) -> 
         )
     )
     thread.start()
-    wait_until(lambda: bool(worker.children()))
-    child = worker.children()[0]
+
+    def own_group_children() -> list[psutil.Process]:
+        # between fork and setpgid a child is briefly still in the worker's group
+        out = []
+        for c in worker.children():
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                if os.getpgid(c.pid) == c.pid:
+                    out.append(c)
+        return out
+
+    wait_until(lambda: bool(own_group_children()))
+    child = own_group_children()[0]
     assert os.getpgid(child.pid) == child.pid != os.getpgid(worker.pid)
     worker.kill()
     thread.join(60)
