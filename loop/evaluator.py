@@ -277,7 +277,8 @@ def _backstop_s(request: dict, limits: Limits) -> float:
     """The whole worker's limit: every child may use its own, timing may be retried."""
     children = len(request["candidates"]) + 1
     if request["time"]:
-        children += 2 + len(request["candidates"]) + len(request["peers"])
+        # a crash with several candidates runs each again apart (loop.worker._supervised)
+        children += 2 + 2 * len(request["candidates"]) + len(request["peers"])
     return limits.timeout_s * children + 60.0
 
 

@@ -12,15 +12,18 @@ seed is never in the environment or on the command line.
 - Timing: the candidates that passed and the peers in one child, interleaved, input values
   rotated in the same buffers between samples (CPU) or blocks (GPU, outside the timed region);
   then re-verification of the timed path on perturbed and on new values in the same buffers.
-  The child writes a progress mark before each runner acts; if it dies, the runner named by the
-  last mark is rejected (a peer: dropped for that shape) and timing runs again without it.
+  The child writes a progress mark before each runner acts; if it dies, `_supervised` decides
+  who could have killed it (the last mark alone is not enough: a candidate can crash the child
+  while another runner's block runs) and timing runs again without that runner.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +39,8 @@ FRESH_SALT = (
 PERTURB_FRACTIONS = (0.02, 0.002)  # share of elements changed by each perturbed re-verification
 
 CAPTURE_BYTES = 1 << 30  # outputs held by one runner's captures of one shape, at most
+TIMED_CHECK_SHARE = 0.25  # of a candidate's timed outputs on the CPU, checked against the reference
+_DRAW = random.SystemRandom()  # which timed outputs are checked: nothing the candidate can seed
 
 
 @dataclass
@@ -88,6 +93,7 @@ class Context:
     timing: object
     reason: Callable
     children: ChildSettings
+    hooks: tuple[int, int] = (0, 0)  # torch mode stack depths in a child before candidates load
 
 
 def _mix(secret: int, public: int, salt: int) -> int:
@@ -185,9 +191,19 @@ def supervise(request: dict, since: float, children: ChildSettings | None = None
 
 
 def _supervised(ctx: Context, runners: list[Runner], body, timeout_s: float):
-    """Run `body(ctx, runners, excluded, chan)` in a child until it finishes; each death rejects
-    the runner named by the child's last mark (a peer: for that shape) and runs it again
-    without that one, at most once per runner and shape."""
+    """Run `body(ctx, runners, excluded, chan)` in a child until it finishes, and return its
+    extra result. When the child dies, who is convicted depends on who could have done it:
+
+    - a timeout convicts the runner named by the child's last mark (a peer: for that shape);
+    - a crash in a child of peers alone convicts the marked peer, for that shape;
+    - a crash in a child holding one candidate convicts that candidate, whoever the mark
+      names: peers are trusted code, and a candidate can crash the child while a peer's block
+      runs (deferred work, a finalizer) to get the peer dropped;
+    - a crash in a child holding several candidates convicts none of them yet: each is run
+      again on that shape in a child of its own with the peers, where the rule above applies;
+      the survivors keep those results, and the shared child runs again without them there.
+
+    Each runner and shape is retried at most once."""
     excluded: set[tuple[str, str]] = set()
     by_label = {r.label: r for r in runners}
     for _ in range(len(runners) * max(1, len(ctx.shapes)) + 1):
@@ -198,11 +214,7 @@ def _supervised(ctx: Context, runners: list[Runner], body, timeout_s: float):
             lambda chan, rs=live: body(ctx, rs, excluded, chan), timeout_s, ctx.children
         )
         if outcome.result is not None:
-            for raw in outcome.result["runners"]:
-                runner = by_label[raw["label"]]
-                runner.reasons.extend(ctx.reason(r["code"], r["message"]) for r in raw["reasons"])
-                for shape, entry in raw["shapes"].items():
-                    runner.shapes.setdefault(shape, {}).update(entry)
+            _merge(ctx, by_label, outcome.result)
             return outcome.result.get("extra")
         why_code = outcome.failure or "crash"
         if outcome.last_mark is None or outcome.last_mark[0] not in by_label:
@@ -210,13 +222,48 @@ def _supervised(ctx: Context, runners: list[Runner], body, timeout_s: float):
                 runner.reasons.append(ctx.reason(why_code, f"worker child: {outcome.message}"))
             return None
         label, shape = outcome.last_mark
-        culprit = by_label[label]
-        culprit.drop(shape, ctx.reason(why_code, f"{shape}: {outcome.message}"[:500]))
-        excluded.add((label, shape))
+        why = ctx.reason(why_code, f"{shape}: {outcome.message}"[:500])
+        suspects = [
+            r
+            for r in live
+            if r.kind == "candidate" and (r.label, shape) not in excluded and not r.dropped(shape)
+        ]
+        if why_code == "timeout" or not suspects:
+            by_label[label].drop(shape, why)
+            excluded.add((label, shape))
+        elif len(suspects) == 1:
+            suspects[0].drop(shape, why)
+            excluded.add((suspects[0].label, shape))
+        else:
+            _apart(ctx, shape, suspects, [r for r in live if r.kind == "peer"], body, timeout_s)
+            excluded.update((r.label, shape) for r in suspects)
     for runner in runners:
         if runner.ok:
             runner.reasons.append(ctx.reason("crash", "worker children kept dying"))
     return None
+
+
+def _merge(ctx: Context, by_label: dict[str, Runner], result: dict) -> None:
+    """A child's verdicts and per-shape entries into the supervisor's runners."""
+    for raw in result["runners"]:
+        runner = by_label[raw["label"]]
+        runner.reasons.extend(ctx.reason(r["code"], r["message"]) for r in raw["reasons"])
+        for shape, entry in raw["shapes"].items():
+            runner.shapes.setdefault(shape, {}).update(entry)
+
+
+def _apart(ctx: Context, shape_name: str, suspects: list[Runner], peers, body, timeout_s) -> None:
+    """Each of `suspects` on one shape in its own child with `peers` (whose results there are
+    not kept: the shared child times them again)."""
+    shape = next(s for s in ctx.shapes if s.name == shape_name)
+    alone = dataclasses.replace(ctx, shapes=[shape])
+    for suspect in suspects:
+        stand_ins = []
+        for peer in peers:
+            stand_in = Runner(peer.label, peer.kind, None, peer.params, path=peer.path)
+            stand_in.shapes = {s: dict(e) for s, e in peer.shapes.items() if "dropped" in e}
+            stand_ins.append(stand_in)
+        _supervised(alone, [suspect, *stand_ins], body, timeout_s)
 
 
 def _wire(runners: list[Runner]) -> dict:
@@ -234,6 +281,9 @@ def _load_runners(ctx: Context, runners: list[Runner], chan: Channel) -> list[Ru
         try:
             if r.kind == "candidate":
                 copy.fn = _load_candidate(Path(r.path), r.label)
+                left = _hooks_left(ctx)
+                if left:
+                    copy.reasons.append(ctx.reason("forbidden-call", f"importing it left {left}"))
             elif not ctx.task.peer_runs_on(r.label, ctx.device):
                 copy.reasons.append(
                     ctx.reason("unsupported-device", f"peer {r.label} does not run on {ctx.device}")
@@ -263,6 +313,7 @@ def _tamper_check(ctx: Context, runners: list[Runner]) -> None:
 
 def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> dict:
     _prepare_device(ctx)
+    ctx.hooks = _hook_depths(ctx.torch)
     if ctx.device == "cpu":  # correctness needs no threads, and a busy host makes them wait
         ctx.torch.set_num_threads(1)
     runners = _load_runners(ctx, runners, chan)
@@ -328,7 +379,13 @@ def _load_candidate(path: Path, label: str):
 
 
 def _as_tuple(value) -> tuple:
-    return tuple(value) if isinstance(value, list | tuple) else (value,)
+    """The outputs of a call: the items of an exact tuple or list (never a subclass, whose own
+    iteration could do the work only when the harness looks), else the value itself."""
+    if type(value) is tuple:
+        return value
+    if type(value) is list:
+        return tuple(value)
+    return (value,)
 
 
 def _poison_outputs(out, inputs: tuple) -> None:
@@ -433,7 +490,11 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
         if device == "cuda":
             torch.cuda.synchronize()
     except BaseException as exc:
+        _hooks_left(ctx)
         return _classify(exc, shape.name, ctx.reason)
+    left = _hooks_left(ctx)
+    if left:
+        return ctx.reason("forbidden-call", f"{shape.name}: the call left {left}")
     if not _unchanged(inputs, clones):
         return ctx.reason("inputs-modified", f"{shape.name}: an input changed during the call")
     if cache is not None:
@@ -460,6 +521,8 @@ def _unchanged(inputs: tuple, source: tuple) -> bool:
 
 
 def _classify(exc: BaseException, where: str, reason):
+    if isinstance(exc, _TimedOutputWrong):
+        return exc.why
     if isinstance(exc, _InputsModified):
         return reason("inputs-modified", f"{where}: {exc}"[:500])
     if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
@@ -475,6 +538,7 @@ def _time_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> 
     from baselines import roofline
 
     _prepare_device(ctx)
+    ctx.hooks = _hook_depths(ctx.torch)
     timer, ceilings, reads = None, None, None  # measured before any candidate loads
     if ctx.device == "cuda":
         timer = ctx.timing.GpuTimer(ctx.device)
@@ -561,6 +625,11 @@ def _time_shape(
     def untouched() -> None:
         """After a block: the buffers still hold the values put in (a candidate that writes an
         input it has an answer for, and answers from memory, would be timed doing nothing)."""
+        left = _hooks_left(ctx)
+        if left:
+            raise _TimedOutputWrong(
+                ctx.reason("forbidden-call", f"{shape.name}: timed calls left {left}")
+            )
         if not _unchanged(inputs, current[0]):
             raise _InputsModified("an input changed during timed calls")
 
@@ -604,8 +673,11 @@ def _time_shape(
                     samples = []
                     for _ in range(n):
                         rotate()
-                        samples += timing.cpu_block(lambda: _call(r, inputs), 1)
+                        got: list = []
+                        samples += timing.cpu_block(lambda g=got: g.append(_call(r, inputs)), 1)
                         untouched()
+                        if r.kind == "candidate":
+                            _check_timed_output(ctx, shape, got[0], current[0])
                     return samples
 
                 def replay(r=runner):
@@ -669,6 +741,56 @@ def _time_shape(
         checked.append((runner, replay))
     if checked:
         _reverify(ctx, shape, inputs, checked, chan)
+
+
+def _hook_depths(torch) -> tuple[int, int]:
+    """Depths of torch's function-mode and dispatch-mode stacks."""
+    c = torch._C
+    return c._len_torch_function_stack(), c._len_torch_dispatch_stack()
+
+
+def _hooks_left(ctx: Context) -> str | None:
+    """Which process-wide torch hook a candidate's code left in place, if any; it is removed
+    again. A mode left active sees every torch call after it: the harness's own reference and
+    comparisons (which it can make lie) and the other runners' calls (which it can slow)."""
+    torch = ctx.torch
+    functions, dispatches = _hook_depths(torch)
+    if (functions, dispatches) == ctx.hooks:
+        return None
+    for _ in range(max(0, functions - ctx.hooks[0])):
+        torch._C._pop_torch_function_stack()
+    for _ in range(max(0, dispatches - ctx.hooks[1])):
+        torch._C._pop_torch_dispatch_stack(None)
+    return "a torch function mode" if functions != ctx.hooks[0] else "a torch dispatch mode"
+
+
+class _TimedOutputWrong(Exception):
+    """A timed call's output failed its check (the reason says how)."""
+
+    def __init__(self, why) -> None:
+        super().__init__(why.message)
+        self.why = why
+
+
+def _check_timed_output(ctx: Context, shape, out, values: tuple) -> None:
+    """On the CPU, where nothing replays a capture: every timed output must be a plain tensor,
+    and a secretly drawn share of them (`TIMED_CHECK_SHARE`) is checked against the reference
+    of the values that call was given, so a candidate that answers from memory in timed calls
+    and works only when re-verified (which it might tell apart) is caught while it is timed."""
+    torch = ctx.torch
+    outputs = _as_tuple(out)
+    if any(type(t) is not torch.Tensor for t in outputs):
+        kinds = ", ".join(type(t).__name__ for t in outputs)
+        raise _TimedOutputWrong(
+            ctx.reason("wrong-output-type", f"{shape.name}: a timed call returned {kinds}")
+        )
+    if _DRAW.random() >= TIMED_CHECK_SHARE:
+        return
+    why, _ = _check_outputs(ctx, shape, out, _reference(ctx.task, values, torch))
+    if why is not None:
+        raise _TimedOutputWrong(
+            ctx.reason("reverify-mismatch", f"during timing: {why.message}"[:500])
+        )
 
 
 class _BlockFailed(Exception):
@@ -738,6 +860,11 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
             chan.mark(runner.label, shape.name)
             try:
                 outputs.append(replay())
+                left = _hooks_left(ctx)
+                if left:
+                    raise _TimedOutputWrong(
+                        ctx.reason("forbidden-call", f"{shape.name}: re-verifying left {left}")
+                    )
                 if not _unchanged(inputs, values):
                     raise _InputsModified(f"an input changed while re-verifying ({kind} values)")
             except BaseException as exc:

@@ -63,6 +63,7 @@ VERIFIED = {
     "2-nudge-one-bit": ("nudges_inputs.py", {"inputs-modified"}),
     "4-expanded-view": ("expanded_view.py", {"wrong-output-layout"}),
     "4-tensor-subclass": ("lazy_subclass.py", {"wrong-output-type"}),
+    "4-lazy-container": ("lazy_container.py", {"wrong-output-type"}),
     "8-predict-inputs": ("predicts_inputs.py", {"constant-output", "forbidden-import"}),
     "9-traceback-frames": ("walks_traceback.py", {"forbidden-call"}),
     "10-float16-math": ("half_precision.py", {"mismatch"}),
@@ -78,6 +79,7 @@ TIMED = {
     "6-cache-by-fingerprint": ("caches_by_fingerprint.py", {"reverify-mismatch"}),
     "6-cache-by-row-fingerprint": ("caches_by_fingerprint_wide.py", {"reverify-mismatch"}),
     "2-7-rewrite-inputs-when-timed": ("rewrites_inputs_when_timed.py", {"inputs-modified"}),
+    "7-skip-timed-samples": ("skips_timed_samples.py", {"reverify-mismatch"}),
 }
 
 # Each kills or stalls its own process at run time, past every static check (entry 18).
