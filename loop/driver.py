@@ -604,9 +604,29 @@ def _measure(cfg: LoopConfig, incumbent: Path, params: dict, proposal: Proposal,
             sorted({r.code for r in challenger.reasons}),
             messages=[r.message for r in challenger.reasons],
         )
-    if not ev.by_label("incumbent").accepted:
-        raise LoopError(
-            "the incumbent failed verification: " + _rejection(ev.by_label("incumbent"))
+    incumbent_verdict = ev.by_label("incumbent")
+    if not incumbent_verdict.accepted:
+        # Beside the challenger only, or on its own too? A challenger that makes the kept
+        # kernel fail must not end the loop: it is the one discarded.
+        alone = evaluate(
+            cfg.task,
+            specs[:1],
+            cfg.device,
+            time_it=True,
+            shapes=cfg.shapes,
+            rule=cfg.rule,
+            limits=cfg.limits,
+        ).by_label("incumbent")
+        if not alone.accepted:
+            raise LoopError("the incumbent failed verification: " + _rejection(alone))
+        return Outcome(
+            "crash",
+            None,
+            sorted({r.code for r in incumbent_verdict.reasons}),
+            messages=[
+                f"the incumbent failed beside this challenger (and passed alone): {r.message}"
+                for r in incumbent_verdict.reasons
+            ],
         )
     pairs, names = _pairs(ev, "incumbent", "challenger")
     interval = geomean_ratio_interval(pairs, _weights(cfg.task, cfg.device, names))
