@@ -72,7 +72,7 @@ PLANS = [
     ),
     Plan(
         "softmax",
-        "cupy_softmax_cluster.py",
+        "cupy_softmax.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
         _grid({"cluster": [2, 4, 8], "threads": [256, 512, 1024], "unroll": [2, 4]}),
     ),
