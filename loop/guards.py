@@ -2,12 +2,18 @@
 
 What a candidate may import and call, that it assigns no attribute of a module it did not define,
 that its declared LANGUAGE does the work, and that it does not call the task's reference, its
-peers or a library op that implements the task.
+peers or a library op that implements the task (under any spelling: `RMSNorm` is `rms_norm`).
+A ban list, not a sandbox: banned names are banned as attributes too, because allowed modules
+re-export dangerous ones (`torch.builtins`, `dataclasses._thread`); string annotations and type
+comments are checked as the code they become when typing or torch.jit evaluates them.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from dataclasses import dataclass
 
 from loop.reasons import Reason, reason
@@ -129,8 +135,165 @@ FORBIDDEN_ATTRIBUTES = {
     "set_default_device": "changing the harness's defaults",
 }
 
-# `<module>.load` (numpy.load, torch.load) reads files and unpickles; `tl.load` is Triton's.
-FILE_LOADERS = {"numpy", "torch"}
+# Modules that allowed packages re-export as attributes (torch.builtins, dataclasses._thread,
+# enum.bltns, typing.collections._sys, triton.knobs.pathlib, ...): banned as attribute names, also
+# with their leading underscores stripped (`_os`, `_sys`, `_inspect`, `_pytest`, ...).
+MODULE_DOORS = {
+    "builtins": "builtins access",
+    "bltns": "builtins access",
+    "_sitebuiltins": "builtins access",
+    "sys": "reaching the interpreter",
+    "os": "reaching the operating system",
+    "posix": "reaching the operating system",
+    "nt": "reaching the operating system",
+    "_osp": "reaching the operating system",
+    "_thread": "starting threads",
+    "threading": "starting threads",
+    "_cyb_threading": "starting threads",
+    "concurrent": "starting threads",
+    "asyncio": "starting threads and processes",
+    "multiprocessing": "starting processes",
+    "mp": "starting processes",
+    "python_multiprocessing": "starting processes",
+    "reducer": "process pickling and descriptor passing",
+    "reduction": "process pickling and descriptor passing",
+    "posixshmem": "shared memory",
+    "subprocess": "starting processes",
+    "platform": "starting processes",
+    "pty": "starting processes",
+    "gc": "object graph walking",
+    "inspect": "frame access",
+    "traceback": "frame access",
+    "tracemalloc": "object graph walking",
+    "dis": "code object access",
+    "pdb": "debugger",
+    "bdb": "debugger",
+    "faulthandler": "signal handlers",
+    "signal": "signal handlers",
+    "atexit": "running code at exit",
+    "weakref": "finalizers",
+    "pickle": "unpickling",
+    "marshal": "code objects",
+    "copyreg": "changing how the harness pickles",
+    "shelve": "file I/O",
+    "dbm": "file I/O",
+    "sqlite3": "file I/O",
+    "io": "file I/O",
+    "codecs": "file I/O",
+    "pathlib": "file I/O",
+    "tempfile": "file I/O",
+    "glob": "file system walking",
+    "shutil": "file operations",
+    "linecache": "file I/O",
+    "tokenize": "file I/O",
+    "zipfile": "file I/O",
+    "tarfile": "file I/O",
+    "gzip": "file I/O",
+    "bz2": "file I/O",
+    "lzma": "file I/O",
+    "mmap": "raw memory and file I/O",
+    "fcntl": "file descriptor control",
+    "termios": "file descriptor control",
+    "resource": "changing the worker's limits",
+    "socket": "network access",
+    "ssl": "network access",
+    "http": "network access",
+    "urllib": "network access",
+    "grpc": "network access",
+    "logging": "file I/O through log handlers",
+    "colorlog": "file I/O through log handlers",
+    "argparse": "file I/O (FileType)",
+    "operator": "dynamic attribute access (attrgetter, methodcaller)",
+    "types": "building functions and modules from code objects",
+    "runpy": "running code",
+    "code": "running code",
+    "codeop": "dynamic code",
+    "timeit": "running code from strings",
+    "imp": "dynamic import",
+    "zipimport": "dynamic import",
+    "pkgutil": "dynamic import",
+    "site": "dynamic import",
+    "util": "ctypes.util: loading libraries",
+    "unittest": "mock.patch assigns attributes by name",
+    "mock": "mock.patch assigns attributes by name",
+    "pytest": "monkeypatching",
+    "pluggy": "plugin hooks",
+    "pynvml": "changing the GPU's clocks and limits",
+    "sqlalchemy": "database and file I/O",
+    "alembic": "database and file I/O",
+    "optuna": "database and file I/O",
+    "hub": "downloads and file I/O",
+    "serialization": "file I/O",
+    "package": "file I/O and imports",
+    "torchgen": "file I/O",
+    "py_sys": "reaching the interpreter",
+    "py_operator": "dynamic attribute access (attrgetter, methodcaller)",
+    "wintypes": "raw memory and C calls",
+    "_cuda_bindings_driver": "raw CUDA driver access",
+    "_cuda_bindings_runtime": "raw CUDA runtime access",
+}
+
+# Process-wide hooks into torch: a mode or dispatcher override left in place sees every torch
+# call the harness makes afterwards (its reference, error norms, the peers).
+TORCH_HOOKS = {
+    "_C": "torch's C bindings (mode stacks, dispatcher, raw state)",
+    "overrides": "torch function modes",
+    "TorchFunctionMode": "torch function modes",
+    "TorchDispatchMode": "torch dispatch modes",
+    "_python_dispatch": "torch dispatch modes",
+    "_mode_utils": "torch modes",
+    "_push_mode": "torch modes",
+    "_pop_mode": "torch modes",
+    "_set_torch_function_mode": "torch modes",
+    "DisableTorchFunction": "torch function modes",
+    "DisableTorchFunctionSubclass": "torch function modes",
+    "_disabled_torch_function_impl": "torch function modes",
+    "_subclasses": "fake and functional tensor modes",
+    "FakeTensorMode": "fake tensor modes",
+    "proxy_tensor": "tracing modes",
+    "make_fx": "tracing modes",
+    "_dynamo": "torch.compile's frame-evaluation hooks",
+    "_inductor": "torch.compile's machinery",
+    "library": "re-registering operators (torch.library)",
+    "Library": "re-registering operators (torch.library)",
+    "custom_op": "re-registering operators (torch.library)",
+    "custom_ops": "re-registering operators (torch.library)",
+    "register_kernel": "re-registering operators (torch.library)",
+    "register_fake": "re-registering operators (torch.library)",
+    "register_autograd": "re-registering operators (torch.library)",
+    "register_torch_dispatch": "re-registering operators (torch.library)",
+    "register_vmap": "re-registering operators (torch.library)",
+    "impl_abstract": "re-registering operators (torch.library)",
+    "fallthrough_kernel": "re-registering operators (torch.library)",
+    "__torch_function__": "torch function overrides",
+    "__torch_dispatch__": "torch dispatch overrides",
+    "__del__": "finalizers run at arbitrary times inside the harness",
+    "finalize": "finalizers run at arbitrary times inside the harness",
+    "weak": "finalizers (torch.utils.weak)",
+    "__enter__": "entering a context by hand (it stays entered after the kernel returns)",
+    "__exit__": "leaving a context by hand",
+    "ExitStack": "entering contexts that outlive the kernel",
+    "enter_context": "entering contexts that outlive the kernel",
+    "contextlib": "entering contexts that outlive the kernel",
+    "script": "torch.jit.script evaluates annotations and type comments; a compiler, not a kernel",
+    "script_method": "torch.jit.script evaluates annotations and type comments",
+    # typing/functools evaluate string annotations (get_type_hints via singledispatch.register)
+    "get_type_hints": "evaluating annotations",
+    "ForwardRef": "evaluating annotations",
+    "_eval_type": "evaluating annotations",
+    "evaluate_forward_ref": "evaluating annotations",
+    "_type_check": "evaluating annotations",
+    "__annotations__": "evaluating annotations",
+}
+
+# Methods a candidate may not define: they run inside the harness, at times it does not choose.
+HOOK_METHODS = ("__torch_function__", "__torch_dispatch__", "__del__")
+
+# `<module>.load` (numpy.load, torch.load, torch.jit.load) reads files and unpickles;
+# `tl.load` is Triton's.
+FILE_LOADERS = {"numpy", "torch", "cupy"}
+
+TYPE_COMMENT = re.compile(r"#\s*type\s*:(?!\s*ignore\b)")
 
 
 # cupy's raw CUDA runtime and driver bindings (persisting-L2 windows, device limits, stream
@@ -203,6 +366,22 @@ def _language_evidence(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
     return found
 
 
+def banned_attribute(name: str) -> str | None:
+    """Why the attribute (or imported name) `name` is banned, or None. A builtin banned as a name
+    is banned as an attribute too (`torch.builtins.open`); a banned name with its leading
+    underscores stripped is banned as well (`typing.collections._sys`, `torch._library`)."""
+    for candidate in (name, name.lstrip("_")):
+        for table in (FORBIDDEN_ATTRIBUTES, FORBIDDEN_NAMES, MODULE_DOORS, TORCH_HOOKS):
+            if candidate in table:
+                return table[candidate]
+    return None
+
+
+def _normalised(name: str) -> str:
+    """`RMSNorm`, `rmsnorm` and `rms_norm` are one op."""
+    return name.lower().replace("_", "")
+
+
 def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()) -> StaticReport:
     """All static reasons to reject `source`; an empty list means it may be loaded."""
     try:
@@ -210,9 +389,9 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     except SyntaxError as exc:
         return StaticReport(None, [reason("syntax-error", f"{filename}:{exc.lineno}: {exc.msg}")])
 
-    reasons: list[Reason] = []
+    reasons: list[Reason] = _type_comments(source)
+    ops = {_normalised(op) for op in forbidden_ops}
     aliases: dict[str, str] = {}
-    defined_here: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -222,33 +401,40 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     reasons.append(
                         reason("forbidden-import", f"line {node.lineno}: import {alias.name}")
                     )
+                reasons += _module_path_reasons(alias.name, node.lineno)
         elif isinstance(node, ast.ImportFrom):
             top = (node.module or "").split(".")[0]
             if node.level or top not in ALLOWED_MODULES:
                 reasons.append(
                     reason("forbidden-import", f"line {node.lineno}: from {node.module} import")
                 )
+            reasons += _module_path_reasons(node.module or "", node.lineno)
             module_parts = set((node.module or "").split("."))
             for alias in node.names:
                 aliases[alias.asname or alias.name] = top
-                if top == "cupy" and (alias.name in CUPY_RAW or module_parts & CUPY_RAW):
+                why = banned_attribute(alias.name)
+                if alias.name == "*":
+                    reasons.append(reason("forbidden-import", f"line {node.lineno}: star import"))
+                elif top == "cupy" and (alias.name in CUPY_RAW or module_parts & CUPY_RAW):
                     reasons.append(
                         reason("forbidden-call", f"line {node.lineno}: cupy raw CUDA bindings")
                     )
-                elif alias.name in forbidden_ops:
+                elif _normalised(alias.name) in ops:
                     reasons.append(
                         reason("calls-reference", f"line {node.lineno}: imports {alias.name}")
                     )
-                elif alias.name in FORBIDDEN_ATTRIBUTES:
+                elif why is not None and top != "__future__":
                     reasons.append(
-                        reason("forbidden-call", f"line {node.lineno}: imports {alias.name}")
+                        reason(
+                            "forbidden-call", f"line {node.lineno}: imports {alias.name} ({why})"
+                        )
                     )
-        elif isinstance(node, ast.ClassDef | ast.FunctionDef):
-            defined_here.add(node.name)
 
     module_names = set(aliases) | _module_aliases(tree, set(aliases))
     parameters = _parameters(tree)
-    for node in ast.walk(tree):
+    bound = _bound_names(tree)
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    for node in (n for root in (tree, *_string_annotations(tree)) for n in ast.walk(root)):
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             reasons.append(
                 reason(
@@ -257,36 +443,55 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 )
             )
         elif isinstance(node, ast.Attribute):
-            if node.attr in CUPY_RAW and aliases.get(_root_name(node) or "") == "cupy":
+            root = _root_name(node)
+            why = banned_attribute(node.attr)
+            if node.attr in CUPY_RAW and aliases.get(root or "") == "cupy":
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (raw CUDA)")
                 )
-            elif node.attr in FORBIDDEN_ATTRIBUTES:
+            elif why is not None:
                 reasons.append(
-                    reason(
-                        "forbidden-call",
-                        f"line {node.lineno}: .{node.attr} ({FORBIDDEN_ATTRIBUTES[node.attr]})",
-                    )
+                    reason("forbidden-call", f"line {node.lineno}: .{node.attr} ({why})")
                 )
-            elif (
-                node.attr == "load"
-                and isinstance(node.value, ast.Name)
-                and aliases.get(node.value.id) in FILE_LOADERS
-            ):
+            elif node.attr == "load" and aliases.get(root or "") in FILE_LOADERS:
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (file I/O)")
                 )
-            elif node.attr in forbidden_ops:
+            elif _normalised(node.attr) in ops and not (
+                node.attr in bound and root in {"self", "cls", *classes}
+            ):
                 reasons.append(
                     reason(
                         "calls-reference",
                         f"line {node.lineno}: .{node.attr} is a library op implementing the task",
                     )
                 )
-        elif isinstance(node, ast.Name) and node.id in forbidden_ops:
+        elif isinstance(node, ast.Name) and _normalised(node.id) in ops and node.id not in bound:
             reasons.append(
                 reason("calls-reference", f"line {node.lineno}: {node.id} implements the task")
             )
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in HOOK_METHODS:
+            reasons.append(
+                reason(
+                    "forbidden-call",
+                    f"line {node.lineno}: defines {node.name} ({TORCH_HOOKS[node.name]})",
+                )
+            )
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value in HOOK_METHODS
+        ):
+            reasons.append(
+                reason("forbidden-call", f"line {node.lineno}: names {node.value} in a string")
+            )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "type"
+            and len(node.args) + len(node.keywords) > 1
+        ):
+            reasons.append(reason("forbidden-call", f"line {node.lineno}: type() building a class"))
         targets: list[ast.AST] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
@@ -295,8 +500,8 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
         elif isinstance(node, ast.Delete):
             targets = list(node.targets)
         for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, ast.Attribute) and _root_name(sub) in module_names | parameters:
+            for sub in _stored_attributes(target):
+                if _root_name(sub) in module_names | parameters:
                     reasons.append(
                         reason(
                             "foreign-attribute-assignment",
@@ -374,6 +579,87 @@ def _parameters(tree: ast.Module) -> set[str]:
                 if arg is not None:
                     names.add(arg.arg)
     return names - {"self", "cls"}
+
+
+def _stored_attributes(target: ast.AST) -> list[ast.Attribute]:
+    """The attributes an assignment target writes into: `a.b = `, `a.b[k] = `, `a.b.c[k][j] = `,
+    in tuples too; not the attributes read in a subscript's index (`cache[x.shape] = `)."""
+    if isinstance(target, ast.Tuple | ast.List):
+        return [a for elt in target.elts for a in _stored_attributes(elt)]
+    if isinstance(target, ast.Starred):
+        return _stored_attributes(target.value)
+    found = []
+    while isinstance(target, ast.Attribute | ast.Subscript):
+        if isinstance(target, ast.Attribute):
+            found.append(target)
+        target = target.value
+    return found
+
+
+def _module_path_reasons(module: str, lineno: int) -> list[Reason]:
+    """`import torch.utils._python_dispatch`, `from torch.overrides import ...`: a banned
+    attribute is banned as a module path component too."""
+    out = []
+    for part in module.split(".")[1:]:
+        why = banned_attribute(part)
+        if why is not None:
+            out.append(reason("forbidden-import", f"line {lineno}: {module} ({why})"))
+    return out
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    """Names the candidate defines itself: functions, classes, parameters, assigned names and
+    the names it imports under."""
+    names = _parameters(tree) | {"self", "cls"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.alias) and node.asname:
+            names.add(node.asname)
+    return names
+
+
+def _string_annotations(tree: ast.Module) -> list[ast.AST]:
+    """String annotations parsed as the code they are: typing.get_type_hints (which
+    functools.singledispatch calls) and torch.jit evaluate them."""
+    annotations: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            annotations.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns:
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    parsed: list[ast.AST] = []
+    while annotations:
+        for sub in ast.walk(annotations.pop()):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                try:
+                    expr = ast.parse(sub.value.strip(), mode="eval")
+                except SyntaxError:
+                    continue
+                for inner in ast.walk(expr):
+                    if hasattr(inner, "lineno"):
+                        inner.lineno = sub.lineno
+                parsed.append(expr)
+                annotations.append(expr.body)
+    return parsed
+
+
+def _type_comments(source: str) -> list[Reason]:
+    """`# type:` comments are evaluated by torch.jit (arbitrary code the syntax tree never sees)."""
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT and TYPE_COMMENT.match(tok.string):
+                out.append(
+                    reason("forbidden-call", f"line {tok.start[0]}: a type comment (evaluated)")
+                )
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return out
 
 
 def _dedupe(reasons: list[Reason]) -> list[Reason]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import types
+import warnings
 from pathlib import Path
 
 import pytest
 
-from loop.guards import check_source
+from loop.guards import ALLOWED_MODULES, FORBIDDEN_NAMES, check_source
 from loop.tasks import kernels_root
 
 HEADER = "import torch\nLANGUAGE = 'torch'\n"
@@ -115,3 +118,349 @@ def test_cupy_raw_cuda_bindings_are_banned(line: str) -> None:
 def test_triton_runtime_is_allowed() -> None:
     src = "import triton\nLANGUAGE = 'torch'\nN = triton.runtime.driver\ndef kernel(x):\n    return x\n"
     assert "forbidden-call" not in codes(src)
+
+
+def kernel_source(body: str, imports: str = "") -> str:
+    return f"{imports}{HEADER}def kernel(x):\n    {body}\n    return x\n"
+
+
+@pytest.mark.parametrize("name", sorted(FORBIDDEN_NAMES))
+def test_forbidden_builtins_are_banned_as_attributes_too(name: str) -> None:
+    assert "forbidden-call" in codes(kernel_source(f"f = x.{name}"))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "b = torch.builtins.__import__('os')",
+        "torch.builtins.setattr(torch, 'x', 1)",
+        "f = torch.builtins.open('/etc/hostname')",
+    ],
+)
+def test_builtins_through_the_torch_door(body: str) -> None:
+    assert "forbidden-call" in codes(kernel_source(body))
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        "dataclasses.builtins",
+        "enum.bltns",
+        "typing.operator",
+        "typing.collections._sys",
+        "dataclasses._thread",
+        "torch._jit_internal._thread",
+        "triton.testing.gc",
+        "torch.inspect",
+        "dataclasses.inspect",
+        "torch._utils.pickle",
+        "triton.knobs.pathlib",
+        "torch.typing_extensions.io",
+        "torch._guards.unittest.mock",
+        "torch.cuda.pynvml",
+        "torch.utils._osp",
+    ],
+)
+def test_modules_reexported_by_allowed_modules_are_banned(chain: str) -> None:
+    imports = f"import {chain.split('.')[0]}\n"
+    assert "forbidden-call" in codes(kernel_source(f"m = {chain}", imports))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "y = numpy.array([1.0])",
+        "y = torch.select(x, 0, 0)",
+        "y = numpy.random.rand(3)",
+        "y = math.sqrt(2.0)",
+        "y = x.copy_(x)",
+        "y = torch.jit.trace",
+        "y = triton.language.math.rsqrt",
+        "y = x.type(torch.float32)",
+    ],
+)
+def test_honest_attributes_that_look_like_modules_pass(body: str) -> None:
+    imports = "import math\nimport numpy\nimport triton\n"
+    assert codes(kernel_source(body, imports)) == set()
+
+
+# Capability-granting modules (threads, processes, files, frames, the interpreter, pickling,
+# monkeypatching, GPU control): none may be reachable from an allowed module through an attribute
+# name the guard lets through. Kept apart from the guard's own tables on purpose.
+DANGEROUS = set(
+    [
+        "builtins",
+        "_sitebuiltins",
+        "sys",
+        "os",
+        "posix",
+        "nt",
+        "_thread",
+        "threading",
+        "gc",
+        "inspect",
+        "pickle",
+        "_pickle",
+        "marshal",
+        "pathlib",
+        "io",
+        "_io",
+        "socket",
+        "_socket",
+        "signal",
+        "_signal",
+        "operator",
+        "_operator",
+        "types",
+        "weakref",
+        "_weakref",
+        "atexit",
+        "faulthandler",
+        "tempfile",
+        "glob",
+        "mmap",
+        "resource",
+        "runpy",
+        "code",
+        "codeop",
+        "pkgutil",
+        "linecache",
+        "traceback",
+        "tracemalloc",
+        "asyncio",
+        "_asyncio",
+        "concurrent",
+        "urllib",
+        "http",
+        "pty",
+        "pdb",
+        "bdb",
+        "dis",
+        "ctypes",
+        "_ctypes",
+        "subprocess",
+        "_posixsubprocess",
+        "multiprocessing",
+        "_multiprocessing",
+        "_posixshmem",
+        "importlib",
+        "_imp",
+        "zipimport",
+        "shutil",
+        "copyreg",
+        "platform",
+        "zipfile",
+        "tarfile",
+        "gzip",
+        "bz2",
+        "lzma",
+        "tokenize",
+        "logging",
+        "shelve",
+        "dbm",
+        "sqlite3",
+        "site",
+        "codecs",
+        "unittest",
+        "pytest",
+        "_pytest",
+        "pluggy",
+        "pynvml",
+        "fcntl",
+        "termios",
+        "ssl",
+        "argparse",
+        "timeit",
+        "sqlalchemy",
+        "alembic",
+        "optuna",
+        "grpc",
+        "colorlog",
+        "torchgen",
+    ]
+)
+
+
+def module_doors(roots, dangerous: set[str]) -> dict[str, set[str]]:
+    """Attribute name -> paths, for every module in `dangerous` reachable from `roots` through
+    module attributes (not entering the dangerous ones)."""
+    found: dict[str, set[str]] = {}
+    for root in roots:
+        try:
+            module = importlib.import_module(root)
+        except Exception:
+            continue
+        seen = {id(module)}
+        frontier = [(root, module)]
+        while frontier:
+            following = []
+            for path, mod in frontier:
+                for name, value in list(vars(mod).items()):
+                    if not isinstance(value, types.ModuleType):
+                        continue
+                    if value.__name__.split(".")[0] in dangerous:
+                        found.setdefault(name, set()).add(f"{path}.{name} -> {value.__name__}")
+                    elif id(value) not in seen:
+                        seen.add(id(value))
+                        following.append((f"{path}.{name}", value))
+            frontier = following
+    return found
+
+
+@pytest.fixture(scope="module")
+def doors() -> dict[str, set[str]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return module_doors(sorted(ALLOWED_MODULES - {"__future__"}), DANGEROUS)
+
+
+def test_the_door_walk_finds_doors(doors) -> None:
+    assert {"builtins", "bltns", "_thread", "_sys", "gc", "inspect"} <= set(doors)
+
+
+def test_no_dangerous_module_is_reachable_through_an_unbanned_attribute(doors) -> None:
+    open_doors = {
+        name: sorted(paths)[:3]
+        for name, paths in doors.items()
+        if "forbidden-call" not in codes(kernel_source(f"m = x.{name}"))
+    }
+    assert open_doors == {}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from torch.overrides import TorchFunctionMode\n",
+        "import torch.utils._python_dispatch\n",
+        "from torch.utils._python_dispatch import TorchDispatchMode\n",
+        "from torch.library import Library\n",
+    ],
+)
+def test_torch_mode_and_dispatcher_imports_are_banned(source: str) -> None:
+    assert "forbidden-import" in codes(kernel_source("pass", source))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "m = torch.overrides.TorchFunctionMode",
+        "lib = torch.library.Library('aten', 'IMPL')",
+        "f = torch.library.custom_op",
+        "f = torch.library.register_fake",
+        "f = torch.library.impl_abstract",
+        "f = torch._library",
+        "f = torch._C._disabled_torch_function_impl",
+        "f = torch._C.DisableTorchFunction",
+        "m = torch._subclasses.FakeTensorMode",
+        "c = torch.device('meta').__enter__()",
+        "f = torch.utils.weak",
+        "f = x.finalize",
+        "d = torch._dynamo",
+    ],
+)
+def test_torch_hooks_are_banned(body: str) -> None:
+    assert "forbidden-call" in codes(kernel_source(body))
+
+
+@pytest.mark.parametrize("method", ["__torch_function__", "__torch_dispatch__", "__del__"])
+def test_defining_hook_methods_is_banned(method: str) -> None:
+    cls = f"class Hook:\n    def {method}(self, *args, **kwargs):\n        return None\n"
+    assert "forbidden-call" in codes(cls + kernel_source("pass"))
+    dynamic = f"Hook = type('Hook', (), {{'{method}': print}})\n"
+    assert "forbidden-call" in codes(kernel_source("pass") + dynamic)
+
+
+def test_honest_classes_and_contexts_pass() -> None:
+    source = (
+        "class Box:\n    def __init__(self, v):\n        self.v = v\n"
+        "    def __call__(self, t):\n        return t * self.v\n"
+        + HEADER
+        + "def kernel(x):\n    with torch.no_grad():\n        return Box(2)(x)\n"
+    )
+    assert codes(source) == set()
+
+
+NORMS = ("rms_norm", "layer_norm")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "m = torch.nn.RMSNorm(8)",
+        "m = torch.nn.modules.normalization.RMSNorm(8)",
+        "m = torch.nn.LayerNorm(8)",
+        "y = torch.nn.functional.rmsnorm",
+    ],
+)
+def test_forbidden_ops_match_whatever_their_spelling(body: str) -> None:
+    assert "calls-reference" in codes(kernel_source(body), NORMS)
+
+
+def test_forbidden_ops_imported_under_another_spelling() -> None:
+    source = kernel_source("m = Norm(8)", "from torch.nn import RMSNorm as Norm\n")
+    assert "calls-reference" in codes(source, NORMS)
+
+
+def test_own_functions_named_like_a_forbidden_op_pass() -> None:
+    source = (
+        HEADER + "def _rmsnorm_rows(x):\n    return x * 2\n"
+        "def rms_norm(x):\n    return _rmsnorm_rows(x)\n"
+        "class Norm:\n    def rms_norm(self, x):\n        return rms_norm(x)\n"
+        "    def __call__(self, x):\n        return self.rms_norm(x)\n"
+        "def kernel(x):\n    return Norm()(x)\n"
+    )
+    assert codes(source, NORMS) == set()
+
+
+def test_own_function_names_do_not_shield_a_library_attribute() -> None:
+    source = (
+        HEADER + "def rms_norm(x):\n    return x\n"
+        "def kernel(x, w):\n    f = [torch.nn.functional][0]\n"
+        "    return f.rms_norm(x, (x.shape[-1],), w)\n"
+    )
+    assert "calls-reference" in codes(source, NORMS)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        kernel_source("h = typing.get_type_hints(kernel)", "import typing\n"),
+        kernel_source("r = Ref('x')", "from typing import ForwardRef as Ref\n"),
+        HEADER + "def f(t: \"torch.builtins.open('/etc/hostname')\"):\n    return t\n"
+        "def kernel(x):\n    return f(x)\n",
+        HEADER + "def f(t):\n    # type: (__import__('os')) -> None\n    return t\n"
+        "def kernel(x):\n    return f(x)\n",
+        HEADER + "x: 'torch.List[\"torch.builtins\"]' = 1\ndef kernel(x):\n    return x\n",
+    ],
+)
+def test_annotations_that_get_evaluated_are_checked(source: str) -> None:
+    assert "forbidden-call" in codes(source)
+
+
+def test_honest_annotations_pass() -> None:
+    source = (
+        HEADER + "import typing\n"
+        "def f(t: 'torch.Tensor', n: typing.Optional[int] = None) -> 'torch.Tensor':\n"
+        "    return t  # type: ignore[return-value]\n"
+        "def kernel(x: torch.Tensor) -> torch.Tensor:\n    return f(x)\n"
+    )
+    assert codes(source) == set()
+
+
+def test_star_imports_are_banned() -> None:
+    assert "forbidden-import" in codes(kernel_source("pass", "from torch import *\n"))
+
+
+def test_load_is_file_io_anywhere_under_torch_but_not_under_triton() -> None:
+    assert "forbidden-call" in codes(kernel_source("m = torch.jit.load('/tmp/m.pt')"))
+    triton_load = "import triton.language as tl\n"
+    assert codes(kernel_source("f = tl.load", triton_load)) == set()
+
+
+def test_attributes_read_in_an_assignment_index_are_not_assignments() -> None:
+    source = HEADER + "_cache = {}\ndef kernel(x):\n    _cache[x.shape] = x\n    return x\n"
+    assert codes(source) == set()
+    source = HEADER + "def kernel(x):\n    torch.cuda.__dict__['synchronize'] = x\n    return x\n"
+    assert "foreign-attribute-assignment" in codes(source)
+    source = HEADER + "def kernel(x):\n    a, torch.special.b = 1, 2\n    return x\n"
+    assert "foreign-attribute-assignment" in codes(source)

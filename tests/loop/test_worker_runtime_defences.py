@@ -81,41 +81,29 @@ def kernel(x, weight):
     _last[0] = y
     return y
 """
-# Crashes its process from a finalizer that polls on every gen-0 collection, once the shared
-# input buffer has been rewritten twice since its own last return: only inside another runner's
-# block. Alone, it never crashes.
+# Crashes its process the moment another runner's Python code is entered (a peer's function or
+# a rival candidate's kernel), once verification is over: the last progress mark then names
+# that runner. (A profile hook is banned by the static guards; so are the finalizers and
+# threads that could do the same by polling, which is why this test calls the worker directly.)
 FRAMER = """
+import sys
 import numpy
 import torch
 LANGUAGE = "torch"
-_st = {"x": None, "ver": 0, "inside": False, "calls": 0}
-_keep = [None]
+_calls = [0]
 def _boom():
     base = numpy.zeros(1)
     return float(numpy.lib.stride_tricks.as_strided(base, shape=(1 << 20,), strides=(1 << 40,)).sum())
-class _Poll:
-    def __init__(self):
-        self.me = self
-    def __del__(self):
-        x = _st["x"]
-        if x is not None and not _st["inside"] and x._version >= _st["ver"] + 2:
-            _boom()
-        _Poll()
-        if not _st["inside"]:
-            _keep[0] = None
-            _keep[0] = [[] for _ in range(1000)]
+def _in_someone_else(frame, event, arg):
+    code = frame.f_code
+    if event == "call" and code.co_name in ("kernel", "eager") and code.co_filename != __file__:
+        _boom()
 def kernel(x, weight):
-    _st["inside"] = True
-    _st["calls"] += 1
+    _calls[0] += 1
+    if _calls[0] > 8:  # past verification
+        sys.setprofile(_in_someone_else)
     xf = x.float()
-    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
-    _st["x"], _st["ver"] = x, x._version
-    if _st["calls"] > 8:  # past verification
-        _Poll()
-        _keep[0] = None
-        _keep[0] = [[] for _ in range(1000)]
-    _st["inside"] = False
-    return y
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
 """
 
 

@@ -51,6 +51,24 @@ STATIC = {
     "15-file-io-without-open": ("file_io.py", "forbidden-call"),
     "18-pin-the-worker": ("pins_worker.py", "forbidden-call"),
     "18-threads-for-the-peers": ("threads_peers.py", "forbidden-call"),
+    # found by the red team of 2026-11-29 night: doors to builtins and sys through allowed
+    # modules, global torch hooks, finalizers, evaluated annotations, a library module class
+    "15-import-through-torch-builtins": ("imports_via_torch_builtins.py", "forbidden-call"),
+    "18-forge-a-mark-through-torch-builtins": (
+        "forges_mark_via_torch_builtins.py",
+        "forbidden-call",
+    ),
+    "3-thread-through-dataclasses": ("threads_via_dataclasses.py", "forbidden-call"),
+    "9-profile-hook-through-typing": ("profiles_via_typing_sys.py", "forbidden-call"),
+    "15-mock-patch-through-torch": ("mock_patch_via_torch.py", "forbidden-call"),
+    "5-function-mode-lies": ("mode_lies_norm.py", "forbidden-import"),
+    "5-dispatch-mode-lies": ("dispatch_mode_lies.py", "forbidden-import"),
+    "18-mode-taxes-the-peers": ("mode_taxes_peers.py", "forbidden-import"),
+    "5-dispatcher-override": ("library_impl_norm.py", "forbidden-call"),
+    "18-finalizer-frames-the-next-runner": ("finalizer_frames_next_runner.py", "forbidden-call"),
+    "12-library-module-class": ("calls_rmsnorm_module.py", "calls-reference"),
+    "15-string-annotation-evaluated": ("evaluates_string_annotation.py", "forbidden-call"),
+    "15-type-comment-evaluated": ("evaluates_type_comment.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
