@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loop import global_state
 from loop.worker_child import Channel, ChildSettings, run_child
 
 CANDIDATE_MODULE_PREFIX = "autotune_candidate_"
@@ -93,7 +94,7 @@ class Context:
     timing: object
     reason: Callable
     children: ChildSettings
-    hooks: tuple[int, int] = (0, 0)  # torch mode stack depths in a child before candidates load
+    state: dict = field(default_factory=dict)  # global torch state before candidates load
 
 
 def _mix(secret: int, public: int, salt: int) -> int:
@@ -281,9 +282,9 @@ def _load_runners(ctx: Context, runners: list[Runner], chan: Channel) -> list[Ru
         try:
             if r.kind == "candidate":
                 copy.fn = _load_candidate(Path(r.path), r.label)
-                left = _hooks_left(ctx)
+                left = _state_left(ctx)
                 if left:
-                    copy.reasons.append(ctx.reason("forbidden-call", f"importing it left {left}"))
+                    copy.reasons.append(ctx.reason("forbidden-call", f"importing it {left}"))
             elif not ctx.task.peer_runs_on(r.label, ctx.device):
                 copy.reasons.append(
                     ctx.reason("unsupported-device", f"peer {r.label} does not run on {ctx.device}")
@@ -313,9 +314,9 @@ def _tamper_check(ctx: Context, runners: list[Runner]) -> None:
 
 def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> dict:
     _prepare_device(ctx)
-    ctx.hooks = _hook_depths(ctx.torch)
     if ctx.device == "cpu":  # correctness needs no threads, and a busy host makes them wait
         ctx.torch.set_num_threads(1)
+    ctx.state = global_state.snapshot(ctx.torch)
     runners = _load_runners(ctx, runners, chan)
     share = all(r.kind == "peer" for r in runners)  # never share a reference with a candidate
     for shape in ctx.shapes:
@@ -490,11 +491,11 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
         if device == "cuda":
             torch.cuda.synchronize()
     except BaseException as exc:
-        _hooks_left(ctx)
+        _state_left(ctx)
         return _classify(exc, shape.name, ctx.reason)
-    left = _hooks_left(ctx)
-    if left:
-        return ctx.reason("forbidden-call", f"{shape.name}: the call left {left}")
+    left = _state_left(ctx)
+    if left and runner.kind == "candidate":
+        return ctx.reason("forbidden-call", f"{shape.name}: the call {left}")
     if not _unchanged(inputs, clones):
         return ctx.reason("inputs-modified", f"{shape.name}: an input changed during the call")
     if cache is not None:
@@ -538,7 +539,7 @@ def _time_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> 
     from baselines import roofline
 
     _prepare_device(ctx)
-    ctx.hooks = _hook_depths(ctx.torch)
+    ctx.state = global_state.snapshot(ctx.torch)
     timer, ceilings, reads = None, None, None  # measured before any candidate loads
     if ctx.device == "cuda":
         timer = ctx.timing.GpuTimer(ctx.device)
@@ -622,13 +623,14 @@ def _time_shape(
         for buf, new in zip(inputs, current[0], strict=True):
             buf.copy_(new)
 
-    def untouched() -> None:
+    def untouched(runner: Runner) -> None:
         """After a block: the buffers still hold the values put in (a candidate that writes an
-        input it has an answer for, and answers from memory, would be timed doing nothing)."""
-        left = _hooks_left(ctx)
-        if left:
+        input it has an answer for, and answers from memory, would be timed doing nothing), and
+        a candidate left global torch state as it was (a peer's change is only set back)."""
+        left = _state_left(ctx)
+        if left and runner.kind == "candidate":
             raise _TimedOutputWrong(
-                ctx.reason("forbidden-call", f"{shape.name}: timed calls left {left}")
+                ctx.reason("forbidden-call", f"{shape.name}: timed calls {left}")
             )
         if not _unchanged(inputs, current[0]):
             raise _InputsModified("an input changed during timed calls")
@@ -650,10 +652,10 @@ def _time_shape(
                 ]
                 timed = timer.rotating([graph for graph, _ in slots])
 
-                def block(n, timed=timed):
+                def block(n, timed=timed, r=runner):
                     rotate()
                     samples = timed(n)
-                    untouched()
+                    untouched(r)
                     return samples
 
                 def replay(slots=slots):
@@ -675,7 +677,7 @@ def _time_shape(
                         rotate()
                         got: list = []
                         samples += timing.cpu_block(lambda g=got: g.append(_call(r, inputs)), 1)
-                        untouched()
+                        untouched(r)
                         if r.kind == "candidate":
                             _check_timed_output(ctx, shape, got[0], current[0])
                     return samples
@@ -743,25 +745,10 @@ def _time_shape(
         _reverify(ctx, shape, inputs, checked, chan)
 
 
-def _hook_depths(torch) -> tuple[int, int]:
-    """Depths of torch's function-mode and dispatch-mode stacks."""
-    c = torch._C
-    return c._len_torch_function_stack(), c._len_torch_dispatch_stack()
-
-
-def _hooks_left(ctx: Context) -> str | None:
-    """Which process-wide torch hook a candidate's code left in place, if any; it is removed
-    again. A mode left active sees every torch call after it: the harness's own reference and
-    comparisons (which it can make lie) and the other runners' calls (which it can slow)."""
-    torch = ctx.torch
-    functions, dispatches = _hook_depths(torch)
-    if (functions, dispatches) == ctx.hooks:
-        return None
-    for _ in range(max(0, functions - ctx.hooks[0])):
-        torch._C._pop_torch_function_stack()
-    for _ in range(max(0, dispatches - ctx.hooks[1])):
-        torch._C._pop_torch_dispatch_stack(None)
-    return "a torch function mode" if functions != ctx.hooks[0] else "a torch dispatch mode"
+def _state_left(ctx: Context) -> str | None:
+    """How a candidate's code changed global torch state since the child's snapshot, in words
+    ("left a torch function mode active"), with what can be set back set back; or None."""
+    return global_state.changed(ctx.torch, ctx.state)
 
 
 class _TimedOutputWrong(Exception):
@@ -860,10 +847,10 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
             chan.mark(runner.label, shape.name)
             try:
                 outputs.append(replay())
-                left = _hooks_left(ctx)
+                left = _state_left(ctx)
                 if left:
                     raise _TimedOutputWrong(
-                        ctx.reason("forbidden-call", f"{shape.name}: re-verifying left {left}")
+                        ctx.reason("forbidden-call", f"{shape.name}: re-verifying {left}")
                     )
                 if not _unchanged(inputs, values):
                     raise _InputsModified(f"an input changed while re-verifying ({kind} values)")

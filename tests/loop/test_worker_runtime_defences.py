@@ -54,6 +54,17 @@ def kernel(x, weight):
     _Slow().__enter__()  # every torch call after this one, the harness's and the peers', pays
     return y
 """
+AUTOCAST_LEFT_ON = """
+import torch
+LANGUAGE = "torch"
+def _held():
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the harness's reference in bfloat16
+        yield
+_gen = _held()
+next(_gen)
+def kernel(x, weight):
+    return (x.float() * weight.float()).to(x.dtype)
+"""
 LAZY = """
 import torch
 LANGUAGE = "torch"
@@ -138,10 +149,18 @@ def test_a_torch_mode_left_active_is_caught_and_removed(tmp_path) -> None:
         {"at_import": MODE_AT_IMPORT, "per_call": DISPATCH_MODE_PER_CALL, "honest": HONEST},
     )
     assert codes(got["at_import"]) == [
-        ("forbidden-call", "importing it left a torch function mode")
+        ("forbidden-call", "importing it left a torch function mode active")
     ]
     assert codes(got["per_call"]) == [
-        ("forbidden-call", "decode-7x256: the call left a torch dispatch mode")
+        ("forbidden-call", "decode-7x256: the call left a torch dispatch mode active")
+    ]
+    assert got["honest"]["verdict"] == "accepted"
+
+
+def test_thread_local_state_left_changed_is_caught(tmp_path) -> None:
+    got = run(tmp_path, {"autocast": AUTOCAST_LEFT_ON, "honest": HONEST})
+    assert codes(got["autocast"]) == [
+        ("forbidden-call", "importing it changed CPU autocast (False to True)")
     ]
     assert got["honest"]["verdict"] == "accepted"
 

@@ -1,0 +1,88 @@
+"""Process-wide torch state that a candidate must leave as it found it: a snapshot taken in a
+worker child before any candidate loads, and a check after each import, call, timed block and
+re-verification that says what changed and puts back what can be put back.
+
+A torch function or dispatch mode left on its stack sees every later torch call: the harness's
+own reference and error norms (which it can make lie) and the other runners' calls (which it
+can slow). Grad, inference and autocast modes, the default dtype, precision and determinism
+flags and the thread count change what the reference computes and how fast the peers run. The
+static guards ban the usual ways to change them; this catches the ways they miss (a context
+entered by a generator that is never closed, say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]]:
+    """name -> (read it, set it back); None where it cannot be set back from outside."""
+    c = torch._C
+
+    def pop_to(depth: int, length: Callable[[], int], pop: Callable[[], Any]) -> None:
+        while length() > depth:
+            pop()
+
+    def matmul_tf32(value: bool) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = value
+
+    def cudnn_tf32(value: bool) -> None:
+        torch.backends.cudnn.allow_tf32 = value
+
+    return {
+        "a torch function mode": (
+            c._len_torch_function_stack,
+            lambda d: pop_to(d, c._len_torch_function_stack, c._pop_torch_function_stack),
+        ),
+        "a torch dispatch mode": (
+            c._len_torch_dispatch_stack,
+            lambda d: pop_to(
+                d, c._len_torch_dispatch_stack, lambda: c._pop_torch_dispatch_stack(None)
+            ),
+        ),
+        "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+        "inference mode": (torch.is_inference_mode_enabled, None),
+        "CPU autocast": (
+            lambda: torch.is_autocast_enabled("cpu"),
+            lambda v: torch.set_autocast_enabled("cpu", v),
+        ),
+        "CUDA autocast": (
+            lambda: torch.is_autocast_enabled("cuda"),
+            lambda v: torch.set_autocast_enabled("cuda", v),
+        ),
+        "the default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+        "deterministic algorithms": (
+            torch.are_deterministic_algorithms_enabled,
+            torch.use_deterministic_algorithms,
+        ),
+        "the thread count": (torch.get_num_threads, torch.set_num_threads),
+        "float32 matmul precision": (
+            torch.get_float32_matmul_precision,
+            torch.set_float32_matmul_precision,
+        ),
+        "TF32 in matmuls": (lambda: torch.backends.cuda.matmul.allow_tf32, matmul_tf32),
+        "TF32 in cuDNN": (lambda: torch.backends.cudnn.allow_tf32, cudnn_tf32),
+    }
+
+
+def snapshot(torch) -> dict[str, Any]:
+    """The state now."""
+    return {name: read() for name, (read, _) in _items(torch).items()}
+
+
+def changed(torch, before: dict[str, Any]) -> str | None:
+    """What differs from `before` (the first item, in words), after setting back everything that
+    can be set back; None when nothing does."""
+    found = []
+    for name, (read, put_back) in _items(torch).items():
+        now = read()
+        if name not in before or now == before[name]:
+            continue
+        if name.startswith("a torch"):
+            found.append(f"left {name} active")
+        else:
+            found.append(f"changed {name} ({before[name]} to {now})")
+        if put_back is not None:
+            put_back(before[name])
+    return found[0] if found else None

@@ -1,0 +1,49 @@
+"""The global torch state a candidate must leave alone: what `changed` reports, and that it sets
+back what it can."""
+
+from __future__ import annotations
+
+import torch
+
+from loop import global_state
+
+
+def test_nothing_changed_is_nothing_to_report() -> None:
+    before = global_state.snapshot(torch)
+    assert global_state.changed(torch, before) is None
+
+
+def test_flags_are_reported_and_set_back() -> None:
+    before = global_state.snapshot(torch)
+    threads = torch.get_num_threads()
+    torch.set_grad_enabled(False)
+    assert global_state.changed(torch, before) == "changed grad mode (True to False)"
+    assert torch.is_grad_enabled()
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(threads + 1)
+    assert global_state.changed(torch, before).startswith("changed the default dtype")
+    assert torch.get_default_dtype() == torch.float32 and torch.get_num_threads() == threads
+    assert global_state.changed(torch, before) is None
+
+
+def test_a_context_left_open_by_a_generator_is_seen() -> None:
+    def held():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+
+    before = global_state.snapshot(torch)
+    gen = held()
+    next(gen)  # never closed: autocast stays on for everything after
+    assert global_state.changed(torch, before) == "changed CPU autocast (False to True)"
+    assert not torch.is_autocast_enabled("cpu")
+    gen.close()
+    assert global_state.changed(torch, before) is None
+
+
+def test_a_mode_left_on_the_stack_is_popped() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    before = global_state.snapshot(torch)
+    TorchFunctionMode().__enter__()
+    assert global_state.changed(torch, before) == "left a torch function mode active"
+    assert torch._C._len_torch_function_stack() == before["a torch function mode"]
