@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import resource
+import secrets
 import select
 import signal
 import sys
@@ -41,13 +42,16 @@ class ChildSettings:
 
 
 class Channel:
-    """The child's end of the pipe: progress marks, then one result."""
+    """The child's end of the pipe: progress marks, then one result. With a `token`, every line
+    starts with it: candidate code in the child can write to the pipe (through /proc/self/fd),
+    but it does not know the token, so the parent can tell the harness's lines from forged ones."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, token: str = "") -> None:
         self.fd = fd
+        self.prefix = f"{token} " if token else ""
 
     def send(self, obj: dict) -> None:
-        data = (json.dumps(obj) + "\n").encode()
+        data = (self.prefix + json.dumps(obj) + "\n").encode()
         while data:
             data = data[os.write(self.fd, data) :]
 
@@ -84,6 +88,7 @@ def run_child(
     """Run `body` in a forked child; whatever the child does, return what it said and how it
     ended. The child never returns into the caller's code."""
     settings = settings or ChildSettings()
+    token = secrets.token_hex(16)
     read_fd, write_fd = os.pipe()
     sys.stderr.flush()
     pid = os.fork()
@@ -91,7 +96,7 @@ def run_child(
         status = 3
         try:
             os.close(read_fd)
-            chan = Channel(write_fd)
+            chan = Channel(write_fd, token)
             try:
                 _enter_child(settings)
                 chan.send({"result": body(chan)})
@@ -122,7 +127,7 @@ def run_child(
         _, status = os.waitpid(pid, 0)
         if settings.on_group is not None:
             settings.on_group(pid, False)
-    return _outcome(buf, timed_out, status, timeout_s)
+    return _outcome(buf, timed_out, status, timeout_s, token)
 
 
 def _read_until_done(fd: int, pid: int, timeout_s: float) -> tuple[bytes, bool]:
@@ -148,21 +153,36 @@ def _read_until_done(fd: int, pid: int, timeout_s: float) -> tuple[bytes, bool]:
             return buf, False
 
 
-def _outcome(buf: bytes, timed_out: bool, status: int, timeout_s: float) -> Outcome:
-    result, mark, error = None, None, None
+def _outcome(
+    buf: bytes, timed_out: bool, status: int, timeout_s: float, token: str = ""
+) -> Outcome:
+    """How the child ended, from what it wrote and its exit status. Every line must be the
+    harness's (it starts with `token`) and hold one message, with at most one result: anything
+    else was written by candidate code (a forged result, or a fragment that spoils the real
+    one), and the child counts as crashed, blamed like any crash (`worker._supervised`)."""
+    result, mark, error, forged, results = None, None, None, False, 0
+    prefix = f"{token} " if token else ""
     for line in buf.decode(errors="replace").splitlines():
-        try:
-            msg = json.loads(line)
-        except json.JSONDecodeError:
+        if not line.startswith(prefix):
+            forged = True
             continue
-        if "mark" in msg:
+        try:
+            msg = json.loads(line[len(prefix) :])
+        except json.JSONDecodeError:
+            forged = True
+            continue
+        if not isinstance(msg, dict):
+            forged = True
+        elif "mark" in msg:
             mark = tuple(msg["mark"])
         elif "result" in msg:
-            result = msg["result"]
+            result, results = msg["result"], results + 1
         elif "error" in msg:
             error = msg["error"]
     if timed_out:
         return Outcome(None, mark, "timeout", f"ran past {timeout_s:.0f} s")
+    if forged or results > 1:
+        return Outcome(None, mark, "crash", "its result pipe held lines the harness did not write")
     if result is not None:
         return Outcome(result, mark, None)
     if error is not None:
