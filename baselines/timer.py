@@ -21,7 +21,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -66,7 +66,10 @@ class StoppingRule:
     paired bootstrap interval of every runner's ratio of medians to runner 0 has a relative
     half-width of at most `ratio_halfwidth` (blocks are paired because they are interleaved);
     with `stop_on="each"` or one runner, every runner's median is known to `rel_halfwidth`.
-    `warmup` samples (and at least `warmup_s` seconds of them) run before anything counts."""
+    `warmup` samples (and at least `warmup_s` seconds of them) run before anything counts.
+    Runners share the block size the fastest one needs, except that no runner's block is made
+    longer than `max_block_s` for it (a runner that looks fast in its warm-up cannot stretch a
+    slow rival's blocks until the measurement runs out of time)."""
 
     samples_per_block: int = 10
     min_blocks: int = 10
@@ -80,6 +83,7 @@ class StoppingRule:
     min_block_s: float = 0.001
     max_samples_per_block: int = 1000
     warmup_s: float = 0.0
+    max_block_s: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("samples_per_block", "min_blocks", "max_blocks", "max_samples_per_block"):
@@ -88,7 +92,7 @@ class StoppingRule:
                 raise ValueError(f"StoppingRule.{name} must be a positive integer, got {value!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"StoppingRule.warmup must be an integer >= 0, got {self.warmup!r}")
-        for name in ("min_time_s", "max_time_s", "min_block_s", "warmup_s"):
+        for name in ("min_time_s", "max_time_s", "min_block_s", "warmup_s", "max_block_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"StoppingRule.{name} must be a number >= 0, got {value!r}")
@@ -256,15 +260,16 @@ def median(values: list[float]) -> float:
 @dataclass
 class Interleaved:
     """What `measure_interleaved` did: every runner's block medians (paired by index), the
-    samples per block it settled on, and why it stopped ("precision", "max_blocks",
+    samples per block it settled on (runner by runner in `sizes`), and why it stopped ("precision", "max_blocks",
     "max_time"). `halfwidth` is the last precision checked (relative; None if never checked)."""
 
     medians: list[list[float]]
-    samples_per_block: int
+    samples_per_block: int  # the most any runner took
     stop_reason: str
     seconds: float
     halfwidth: float | None
     remeasured: int = 0
+    sizes: list[int] = field(default_factory=list)  # samples per block, runner by runner
 
     @property
     def blocks(self) -> int:
@@ -282,19 +287,28 @@ def _precision(medians: list[list[float]], rule: StoppingRule) -> float:
     return max(summarize(m, n_boot=200).rel_halfwidth for m in medians)
 
 
-def _warm_up(runners: list[Callable[[int], list[float]]], rule: StoppingRule) -> int:
-    """Run the warm-up and return the samples per block the rule asks for."""
+def _warm_up(runners: list[Callable[[int], list[float]]], rule: StoppingRule) -> list[int]:
+    """Run the warm-up and return each runner's samples per block: what the fastest runner
+    needs for `min_block_s`, capped for each runner at `max_block_s` of its own samples."""
     if rule.warmup == 0:
-        return rule.samples_per_block
+        return [rule.samples_per_block] * len(runners)
     start = _perf_counter()
-    n = rule.samples_per_block
+    typical: list[float | None] = [None] * len(runners)
     while True:
-        for run in runners:
+        for i, run in enumerate(runners):
             samples = run(rule.warmup)
             if samples:
-                n = max(n, rule.samples_for(median(samples)))
+                typical[i] = median(samples)
         if _perf_counter() - start >= rule.warmup_s:
-            return n
+            break
+    n = max([rule.samples_per_block, *(rule.samples_for(t) for t in typical if t is not None)])
+    out = []
+    for t in typical:
+        cap = rule.max_samples_per_block
+        if t is not None and t > 0 and math.isfinite(t):
+            cap = max(rule.samples_per_block, math.floor(rule.max_block_s / t))
+        out.append(min(n, cap))
+    return out
 
 
 def measure_interleaved(
@@ -311,7 +325,7 @@ def measure_interleaved(
     if not runners:
         raise ValueError("measure_interleaved needs at least one runner")
     rule = rule or StoppingRule()
-    n = _warm_up(runners, rule)
+    sizes = _warm_up(runners, rule)
     medians: list[list[float]] = [[] for _ in runners]
     t0 = _perf_counter()
     order: list[int] = []
@@ -329,7 +343,7 @@ def measure_interleaved(
         for i in order:
             run = runners[i]
             for attempt in range(3):
-                samples = run(n)
+                samples = run(sizes[i])
                 remeasured += attempt > 0
                 if on_block is None or on_block(i, len(medians[i]), samples):
                     break
@@ -352,7 +366,9 @@ def measure_interleaved(
                 reason = "precision"
                 break
             next_check = max(blocks + 1, math.ceil(blocks * _CHECK_GROWTH))
-    return Interleaved(medians, n, reason, _perf_counter() - t0, halfwidth, remeasured)
+    return Interleaved(
+        medians, max(sizes), reason, _perf_counter() - t0, halfwidth, remeasured, sizes
+    )
 
 
 def _on_ratio(rule: StoppingRule, runners: list) -> bool:

@@ -4,7 +4,7 @@ re-verification that says what changed and puts back what can be put back.
 
 A torch function or dispatch mode left on its stack sees every later torch call: the harness's
 own reference and error norms (which it can make lie) and the other runners' calls (which it
-can slow). Grad, inference and autocast modes, the default dtype, precision and determinism
+can slow). A profiler left recording slows every later call. Grad, inference and autocast modes, the default dtype, precision and determinism
 flags and the thread count change what the reference computes and how fast the peers run. The
 static guards ban the usual ways to change them; this catches the ways they miss (a context
 entered by a generator that is never closed, say).
@@ -41,6 +41,8 @@ def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | 
                 d, c._len_torch_dispatch_stack, lambda: c._pop_torch_dispatch_stack(None)
             ),
         ),
+        # a profiler left recording slows every later torch call (cannot be stopped from here)
+        "the autograd profiler": (c._autograd._profiler_enabled, None),
         "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
         "inference mode": (torch.is_inference_mode_enabled, None),
         "CPU autocast": (

@@ -707,6 +707,8 @@ def _time_shape(
             medians = timing.run_interleaved([b[1] for b in bound], rule, on_block=hook)
             break
         except _BlockFailed as failed:  # that runner is out; the others are timed again
+            if _device_fault(failed.error):
+                raise failed.error from None  # may be another's (see _device_fault)
             runner = bound.pop(failed.index)[0]
             runner.drop(shape.name, _classify(failed.error, shape.name, ctx.reason))
             if not bound:
@@ -778,6 +780,27 @@ def _check_timed_output(ctx: Context, shape, out, values: tuple) -> None:
         raise _TimedOutputWrong(
             ctx.reason("reverify-mismatch", f"during timing: {why.message}"[:500])
         )
+
+
+_DEVICE_FAULTS = (
+    "CUDA error",
+    "cudaError",
+    "CUDA_ERROR",
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "illegal instruction",
+)
+
+
+def _device_fault(exc: BaseException) -> bool:
+    """A GPU fault is reported asynchronously, at the next synchronisation: in whichever
+    runner's block comes after the kernel that caused it, and the context stays broken. The
+    child is given up (the exception leaves it), so that `_supervised` decides who could have
+    caused it, as for a crash."""
+    text = f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__ == "AcceleratorError" or any(f in text for f in _DEVICE_FAULTS)
 
 
 class _BlockFailed(Exception):
@@ -855,6 +878,8 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
                 if not _unchanged(inputs, values):
                     raise _InputsModified(f"an input changed while re-verifying ({kind} values)")
             except BaseException as exc:
+                if _device_fault(exc):
+                    raise
                 runner.reasons.append(_classify(exc, shape.name, ctx.reason))
                 outputs.append(None)
                 for buf, new in zip(inputs, values, strict=True):

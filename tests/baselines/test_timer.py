@@ -164,6 +164,15 @@ def test_paired_runners_share_the_block_size_of_the_fastest() -> None:
     assert slow.calls[1:] == fast.calls[1:] == [100, 100]
 
 
+def test_a_fast_runner_does_not_stretch_a_slow_runners_blocks() -> None:
+    rule = StoppingRule(samples_per_block=4, min_blocks=2, max_blocks=2, min_block_s=1e-3)
+    fast, slow = fixed([1e-7]), fixed([1e-2])  # 1000 samples for the fast one's 1 ms block
+    result = measure_interleaved([fast, slow], rule)
+    assert fast.calls[1:] == [1000, 1000]
+    assert slow.calls[1:] == [10, 10]  # its blocks stop at max_block_s (0.1 s), not 10 s
+    assert result.sizes == [1000, 10] and result.samples_per_block == 1000
+
+
 def test_time_limits(monkeypatch) -> None:
     now = [0.0]  # a fake clock that only moves when a block runs: no dependence on machine load
     monkeypatch.setattr(timer, "_perf_counter", lambda: now[0])

@@ -47,3 +47,16 @@ def test_a_mode_left_on_the_stack_is_popped() -> None:
     TorchFunctionMode().__enter__()
     assert global_state.changed(torch, before) == "left a torch function mode active"
     assert torch._C._len_torch_function_stack() == before["a torch function mode"]
+
+
+def test_a_profiler_left_recording_is_seen() -> None:
+    def held():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            yield
+
+    before = global_state.snapshot(torch)
+    gen = held()
+    next(gen)
+    assert global_state.changed(torch, before) == "changed the autograd profiler (False to True)"
+    gen.close()
+    assert global_state.changed(torch, before) is None

@@ -118,6 +118,14 @@ def kernel(x, weight):
 """
 
 
+# The same, but what surfaces in the other runner's code is a GPU fault, as an asynchronous
+# error from one's own kernel surfaces at the next runner's synchronisation.
+FAULTER = FRAMER.replace(
+    "        _boom()",
+    '        raise RuntimeError("CUDA error: an illegal memory access was encountered")',
+)
+
+
 def run(tmp_path: Path, sources: dict[str, str], peers=(), time_it=False) -> dict[str, dict]:
     candidates = []
     for label, source in sources.items():
@@ -189,8 +197,11 @@ def test_answers_from_memory_in_timed_calls_are_caught_while_timed(tmp_path) -> 
 
 
 @pytest.mark.parametrize("peers", [["eager"], []], ids=["with-peers", "candidates-only"])
-def test_a_crash_staged_in_another_runners_block_convicts_only_its_author(tmp_path, peers) -> None:
-    got = run(tmp_path, {"framer": FRAMER, "honest": HONEST}, peers, time_it=True)
+@pytest.mark.parametrize("framer", [FRAMER, FAULTER], ids=["crash", "device-fault"])
+def test_a_failure_staged_in_another_runners_block_convicts_only_its_author(
+    tmp_path, peers, framer
+) -> None:
+    got = run(tmp_path, {"framer": framer, "honest": HONEST}, peers, time_it=True)
     assert got["honest"]["verdict"] == "accepted", codes(got["honest"])
     assert got["honest"]["shapes"][SHAPES[0]]["blocks_s"]
     if peers:
