@@ -7,11 +7,13 @@ own reference and error norms (which it can make lie) and the other runners' cal
 can slow). A profiler left recording slows every later call. Grad, inference and autocast modes, the default dtype, precision and determinism
 flags and the thread count change what the reference computes and how fast the peers run. The
 static guards ban the usual ways to change them; this catches the ways they miss (a context
-entered by a generator that is never closed, say).
+entered by a generator that is never closed, say). The harness's own functions, and the names
+in torch's namespaces that its checks call, must still be bound to the same objects.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -68,15 +70,76 @@ def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | 
     }
 
 
+# The harness's own code, and torch's namespaces that its checks call into: every name bound
+# there must still be bound to the same object (an exec that got past the static guards would
+# rebind the output check or the clock).
+HARNESS_MODULES = (
+    "loop.worker",
+    "loop.worker_child",
+    "loop.global_state",
+    "loop.reasons",
+    "baselines.timer",
+    "baselines.stats",
+)
+HARNESS_KEY = "the harness's code"
+TORCH_CHECKED = ("isfinite", "empty", "equal", "where", "rand", "randint", "full", "float64")
+
+
+def _namespaces(torch) -> list[tuple[str, dict]]:
+    out = [(name, vars(sys.modules[name])) for name in HARNESS_MODULES if name in sys.modules]
+    # Not all of torch's namespace: torch itself rebinds names there (set_default_dtype rebinds
+    # torch.Storage), so only the names the output checks call are watched.
+    checked = {k: getattr(torch, k) for k in TORCH_CHECKED if hasattr(torch, k)}
+    return [
+        *out,
+        ("torch", checked),
+        ("torch.linalg", vars(torch.linalg)),
+        ("torch.Tensor", torch.Tensor.__dict__),
+    ]
+
+
 def snapshot(torch) -> dict[str, Any]:
     """The state now."""
-    return {name: read() for name, (read, _) in _items(torch).items()}
+    state: dict[str, Any] = {name: read() for name, (read, _) in _items(torch).items()}
+    state[HARNESS_KEY] = {
+        (label, key): value for label, space in _namespaces(torch) for key, value in space.items()
+    }
+    return state
+
+
+def _rebound(torch, before: dict) -> str | None:
+    """The first name of the harness (or of torch's checked namespaces) bound to another object
+    than in `before`, after binding every such name back. Names added since are left alone
+    (modules load lazily), except on torch.Tensor, where they are removed."""
+    first = None
+    for label, space in _namespaces(torch):
+        for key in list(space):
+            if (label, key) not in before:
+                # a new name on torch.Tensor shadows a method of its C base (Tensor.equal)
+                if label == "torch.Tensor":
+                    first = first or f"{label}.{key}"
+                    delattr(torch.Tensor, key)
+                continue
+            was = before[(label, key)]
+            if space[key] is not was:
+                first = first or f"{label}.{key}"
+                if label == "torch.Tensor":
+                    setattr(torch.Tensor, key, was)
+                elif label == "torch":
+                    setattr(torch, key, was)
+                else:
+                    space[key] = was
+    return first
 
 
 def changed(torch, before: dict[str, Any]) -> str | None:
     """What differs from `before` (the first item, in words), after setting back everything that
     can be set back; None when nothing does."""
     found = []
+    if HARNESS_KEY in before:
+        name = _rebound(torch, before[HARNESS_KEY])
+        if name is not None:
+            found.append(f"rebound {name}")
     for name, (read, put_back) in _items(torch).items():
         now = read()
         if name not in before or now == before[name]:

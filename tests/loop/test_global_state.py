@@ -60,3 +60,18 @@ def test_a_profiler_left_recording_is_seen() -> None:
     assert global_state.changed(torch, before) == "changed the autograd profiler (False to True)"
     gen.close()
     assert global_state.changed(torch, before) is None
+
+
+def test_rebinding_the_harness_or_torch_is_reported_and_undone() -> None:
+    import baselines.timer as timer
+    from loop import worker
+
+    before = global_state.snapshot(torch)
+    check, block = worker._check_outputs, timer.cpu_block
+    worker._check_outputs = lambda *args: (None, 0.0)  # what an exec past the guards could do
+    timer.cpu_block = lambda fn, n: [1e-9] * n
+    assert global_state.changed(torch, before) == "rebound loop.worker._check_outputs"
+    assert worker._check_outputs is check and timer.cpu_block is block
+    torch.Tensor.equal = lambda a, b: True  # shadows the C method
+    assert global_state.changed(torch, before) == "rebound torch.Tensor.equal"
+    assert not torch.ones(2).equal(torch.zeros(2))
