@@ -65,6 +65,14 @@ next(_gen)
 def kernel(x, weight):
     return (x.float() * weight.float()).to(x.dtype)
 """
+REBINDS_THE_CHECK = """
+import sys
+import torch
+LANGUAGE = "torch"
+sys.modules["loop.worker"]._check_outputs = lambda *args: (None, 0.0)  # every output passes
+def kernel(x, weight):
+    return (x.float() * weight.float()).to(x.dtype)
+"""
 LAZY = """
 import torch
 LANGUAGE = "torch"
@@ -169,6 +177,14 @@ def test_thread_local_state_left_changed_is_caught(tmp_path) -> None:
     got = run(tmp_path, {"autocast": AUTOCAST_LEFT_ON, "honest": HONEST})
     assert codes(got["autocast"]) == [
         ("forbidden-call", "importing it changed CPU autocast (False to True)")
+    ]
+    assert got["honest"]["verdict"] == "accepted"
+
+
+def test_rebinding_the_harness_is_caught_and_undone(tmp_path) -> None:
+    got = run(tmp_path, {"rebinds": REBINDS_THE_CHECK, "honest": HONEST})
+    assert codes(got["rebinds"]) == [
+        ("forbidden-call", "importing it rebound loop.worker._check_outputs")
     ]
     assert got["honest"]["verdict"] == "accepted"
 

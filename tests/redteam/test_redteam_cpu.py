@@ -81,7 +81,7 @@ VERIFIED = {
     "2-nudge-one-bit": ("nudges_inputs.py", {"inputs-modified"}),
     "4-expanded-view": ("expanded_view.py", {"wrong-output-layout"}),
     "4-tensor-subclass": ("lazy_subclass.py", {"wrong-output-type"}),
-    "4-lazy-container": ("lazy_container.py", {"wrong-output-type"}),
+    "4-lazy-container": ("lazy_container.py", {"wrong-output-type", "forbidden-call"}),
     "8-predict-inputs": ("predicts_inputs.py", {"constant-output", "forbidden-import"}),
     "9-traceback-frames": ("walks_traceback.py", {"forbidden-call"}),
     "10-float16-math": ("half_precision.py", {"mismatch"}),
