@@ -11,6 +11,7 @@ comments are checked as the code they become when typing or torch.jit evaluates 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import io
 import re
 import tokenize
@@ -133,6 +134,110 @@ FORBIDDEN_ATTRIBUTES = {
     "set_num_interop_threads": "changing the harness's thread count",
     "set_default_dtype": "changing the harness's defaults",
     "set_default_device": "changing the harness's defaults",
+    "set_default_tensor_type": "changing the harness's defaults",
+    # more file I/O without open(): ndarray.dump writes any path (/proc/self/fd/N is the
+    # worker's result pipe), fromregex reads any file; numpy's npy/npz helpers, profiler
+    # traces, tensorboard, onnx, downloads, tuning files, loaders' get_data
+    "dump": "file I/O",
+    "dumps": "pickling",
+    "loads": "unpickling",
+    "fromregex": "file I/O",
+    "DataSource": "file I/O",
+    "open_memmap": "file I/O",
+    "read_array": "file I/O",
+    "write_array": "file I/O",
+    "NpzFile": "file I/O",
+    "npyio": "file I/O",
+    "savez_compressed": "file I/O",
+    "export_chrome_trace": "file I/O",
+    "export_stacks": "file I/O",
+    "export_memory_timeline": "file I/O",
+    "tensorboard": "file I/O",
+    "SummaryWriter": "file I/O",
+    "onnx": "file I/O",
+    "model_zoo": "downloads and file I/O",
+    "load_url": "downloads and file I/O",
+    "download_url_to_file": "downloads and file I/O",
+    "tunable": "file I/O and changing the harness's GEMM algorithms",
+    "read": "file I/O",
+    "write": "file I/O",
+    "readlines": "file I/O",
+    "writelines": "file I/O",
+    "read_text": "file I/O",
+    "write_text": "file I/O",
+    "read_bytes": "file I/O",
+    "write_bytes": "file I/O",
+    "get_data": "file I/O (a module loader's get_data reads any path)",
+    "to_file": "file I/O",
+    "file_baton": "file I/O",
+    "FileBaton": "file I/O",
+    "collect_env": "starting processes (collect_env.run runs shell commands)",
+    # loading native code or starting processes through public helpers
+    "load_library": "loading native libraries",
+    "CUDAPluggableAllocator": "loading native libraries as the harness's allocator",
+    "change_current_allocator": "replacing the harness's allocator",
+    "f2py": "building native code and starting processes",
+    "extbuild": "building native code",
+    "testing": "numpy.testing runs code from strings (measure, runstring, rundocs)",
+    "benchmark": "torch.utils.benchmark runs code from strings",
+    "DataLoader": "starting processes (workers)",
+    "rpc": "remote calls by name",
+    # calling by run-time string: torch.fx's Interpreter runs call_method nodes as
+    # getattr(obj, name); TorchScript compiled from a string calls any op by name
+    "fx": "calls by run-time name (torch.fx)",
+    "Interpreter": "calls by run-time name (torch.fx)",
+    "GraphModule": "code generated and run from a graph (torch.fx)",
+    "symbolic_trace": "calls by run-time name (torch.fx)",
+    "CompilationUnit": "TorchScript compiled from a string",
+    "set_submodule": "attribute assignment by run-time name",
+    "Formatter": "attribute access by run-time name (Formatter.get_field)",
+    "get_field": "attribute access by run-time name",
+    # profilers left running tax every later torch call of the harness and the rivals
+    "record_function": "profiling (it stays on for the harness and the rivals)",
+    "emit_nvtx": "profiling (it stays on for the harness and the rivals)",
+    "emit_itt": "profiling (it stays on for the harness and the rivals)",
+    "set_detect_anomaly": "anomaly mode taxes every later torch call",
+    "detect_anomaly": "anomaly mode taxes every later torch call",
+    # process-wide switches that change how the harness's and rivals' ops run
+    "set_flush_denormal": "changing the harness's float behaviour",
+    "set_sync_debug_mode": "changing how the harness's syncs behave",
+    "enable_flash_sdp": "changing the rivals' attention kernels",
+    "enable_mem_efficient_sdp": "changing the rivals' attention kernels",
+    "enable_math_sdp": "changing the rivals' attention kernels",
+    "enable_cudnn_sdp": "changing the rivals' attention kernels",
+    "preferred_blas_library": "changing the rivals' BLAS",
+    "preferred_linalg_library": "changing the rivals' linear algebra library",
+    "register_module_forward_hook": "global module hooks",
+    "register_module_forward_pre_hook": "global module hooks",
+    "register_module_full_backward_hook": "global module hooks",
+    "register_module_full_backward_pre_hook": "global module hooks",
+}
+
+# Private names (a leading underscore, dunders included) are banned as attributes and import
+# paths: the stdlib's and torch's private helpers are doors (dataclasses._create_fn execs text,
+# torch.cuda.memory._dump_snapshot writes files). Names the candidate defines on its own
+# classes and objects are exempt (see _own_names), and these, which honest kernels need:
+PRIVATE_ALLOWED = {
+    # the allreduce kernels' symmetric-memory rendezvous has no public spelling yet
+    "_symmetric_memory",
+    # a tensor's read-only write counter: no door; tricks built on it (spotting timed samples)
+    # are caught at run time by re-verification (red-team candidate skips_timed_samples.py)
+    "_version",
+}
+
+# Module-level dunders a candidate may read without defining them: strings only.
+# (`__builtins__`, `__loader__`, `__spec__` and `__build_class__` are doors.)
+SAFE_MODULE_DUNDERS = {"__name__", "__doc__", "__file__", "__qualname__", "__module__", "__debug__"}
+
+# Generators and coroutines keep `with` blocks open after their frame returns and run their
+# `finally` from the garbage collector, at a time the harness does not choose.
+SUSPENDING = {
+    ast.Yield: "yield (a generator keeps contexts open and runs its finally at any time)",
+    ast.YieldFrom: "yield from (a generator keeps contexts open and runs its finally at any time)",
+    ast.Await: "await (a coroutine keeps contexts open and runs its finally at any time)",
+    ast.AsyncFunctionDef: "async def (a coroutine keeps contexts open)",
+    ast.AsyncFor: "async for (a coroutine keeps contexts open)",
+    ast.AsyncWith: "async with (a coroutine keeps contexts open)",
 }
 
 # Modules that allowed packages re-export as attributes (torch.builtins, dataclasses._thread,
@@ -289,9 +394,9 @@ TORCH_HOOKS = {
 # Methods a candidate may not define: they run inside the harness, at times it does not choose.
 HOOK_METHODS = ("__torch_function__", "__torch_dispatch__", "__del__")
 
-# `<module>.load` (numpy.load, torch.load, torch.jit.load) reads files and unpickles;
-# `tl.load` is Triton's.
-FILE_LOADERS = {"numpy", "torch", "cupy"}
+# `.load` (numpy.load, torch.load, torch.jit.load, torch.utils.cpp_extension.load) reads files
+# and unpickles: banned on anything but Triton (`tl.load`) and the candidate's own objects.
+LOAD_ALLOWED_ROOTS = {"triton"}
 
 TYPE_COMMENT = re.compile(r"#\s*type\s*:(?!\s*ignore\b)")
 
@@ -374,7 +479,13 @@ def banned_attribute(name: str) -> str | None:
         for table in (FORBIDDEN_ATTRIBUTES, FORBIDDEN_NAMES, MODULE_DOORS, TORCH_HOOKS):
             if candidate in table:
                 return table[candidate]
+    if "profil" in name.lower():
+        return "profiling (a profiler left on taxes every later torch call)"
     return None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and name not in PRIVATE_ALLOWED
 
 
 def _normalised(name: str) -> str:
@@ -429,12 +540,24 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                             "forbidden-call", f"line {node.lineno}: imports {alias.name} ({why})"
                         )
                     )
+                elif _private(alias.name):
+                    reasons.append(
+                        reason(
+                            "forbidden-call",
+                            f"line {node.lineno}: imports {alias.name} (private attribute)",
+                        )
+                    )
 
     module_names = set(aliases) | _module_aliases(tree, set(aliases))
     parameters = _parameters(tree)
     bound = _bound_names(tree)
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    own = _own_names(tree, module_names | parameters)
     for node in (n for root in (tree, *_string_annotations(tree)) for n in ast.walk(root)):
+        if type(node) in SUSPENDING:
+            reasons.append(
+                reason("forbidden-call", f"line {node.lineno}: {SUSPENDING[type(node)]}")
+            )
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             reasons.append(
                 reason(
@@ -453,9 +576,21 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: .{node.attr} ({why})")
                 )
-            elif node.attr == "load" and aliases.get(root or "") in FILE_LOADERS:
+            elif (
+                node.attr == "load"
+                and aliases.get(root or "") not in LOAD_ALLOWED_ROOTS
+                and not _owned(node, own, module_names)
+            ):
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (file I/O)")
+                )
+            elif _private(node.attr) and not _owned(node, own, module_names):
+                reasons.append(
+                    reason(
+                        "forbidden-call",
+                        f"line {node.lineno}: .{node.attr} (private attribute the candidate"
+                        " does not define)",
+                    )
                 )
             elif _normalised(node.attr) in ops and not (
                 node.attr in bound and root in {"self", "cls", *classes}
@@ -466,6 +601,14 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                         f"line {node.lineno}: .{node.attr} is a library op implementing the task",
                     )
                 )
+        elif (
+            isinstance(node, ast.Name)
+            and node.id.startswith("__")
+            and node.id not in bound | SAFE_MODULE_DUNDERS
+        ):
+            reasons.append(
+                reason("forbidden-call", f"line {node.lineno}: {node.id} (private module name)")
+            )
         elif isinstance(node, ast.Name) and _normalised(node.id) in ops and node.id not in bound:
             reasons.append(
                 reason("calls-reference", f"line {node.lineno}: {node.id} implements the task")
@@ -540,7 +683,85 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 f"LANGUAGE is {language!r} but no {language} kernel is launched in the file",
             )
         )
+    reasons += _modules_as_values(tree)
     return StaticReport(language, _dedupe(reasons))
+
+
+def _own_names(tree: ast.Module, foreign_roots: set[str]) -> set[str]:
+    """Attribute names the candidate defines itself: its functions and classes, what its class
+    bodies bind, and attributes it assigns on its own objects (`self._cache = {}`)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                for target in _targets(stmt):
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        for target in _targets(node):
+            for sub in _stored_attributes(target):
+                if _root_name(sub) not in foreign_roots:
+                    names.add(sub.attr)
+    return names
+
+
+def _targets(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, ast.AugAssign | ast.AnnAssign):
+        return [node.target]
+    return []
+
+
+def _owned(node: ast.Attribute, own: set[str], module_names: set[str]) -> bool:
+    """`node` names an attribute the candidate defines, read from a root that is not a module
+    (`self._cache`, `Box._table`; not `dataclasses._create_fn` when it defines a `_create_fn`)."""
+    root = _root_name(node)
+    return node.attr in own and root is not None and root not in module_names
+
+
+def _imported_modules(tree: ast.Module) -> set[str]:
+    """Names the candidate's imports bind to modules: every `import x` (as y), and each
+    `from p import m` where p.m is a module (asked of the import system, not loaded)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                try:
+                    spec = importlib.util.find_spec(f"{node.module}.{a.name}")
+                except (ImportError, ValueError, AttributeError):
+                    spec = None
+                if spec is not None:
+                    names.add(a.asname or a.name)
+    return names
+
+
+def _modules_as_values(tree: ast.Module) -> list[Reason]:
+    """A module may only be the root of an attribute chain (`torch.empty`), never a value
+    passed around: a function that receives one as `self` or a parameter reaches its private
+    names under cover of the candidate's own names (`A.go(dataclasses)` with `go` returning
+    `self._create_fn(...)`)."""
+    modules = _imported_modules(tree)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and node.id in modules):
+            continue
+        if not isinstance(node.ctx, ast.Load):
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            continue
+        out.append(
+            reason(
+                "forbidden-call",
+                f"line {node.lineno}: the module {node.id} used as a value, not as the root of an "
+                "attribute",
+            )
+        )
+    return out
 
 
 def _module_aliases(tree: ast.Module, modules: set[str]) -> set[str]:
@@ -601,7 +822,7 @@ def _module_path_reasons(module: str, lineno: int) -> list[Reason]:
     attribute is banned as a module path component too."""
     out = []
     for part in module.split(".")[1:]:
-        why = banned_attribute(part)
+        why = banned_attribute(part) or ("private module" if _private(part) else None)
         if why is not None:
             out.append(reason("forbidden-import", f"line {lineno}: {module} ({why})"))
     return out

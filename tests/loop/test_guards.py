@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loop.guards import ALLOWED_MODULES, FORBIDDEN_NAMES, check_source
+from loop.guards import ALLOWED_MODULES, FORBIDDEN_NAMES, PRIVATE_ALLOWED, check_source
 from loop.tasks import kernels_root
 
 HEADER = "import torch\nLANGUAGE = 'torch'\n"
@@ -467,3 +467,180 @@ def test_attributes_read_in_an_assignment_index_are_not_assignments() -> None:
     assert "foreign-attribute-assignment" in codes(source)
     source = HEADER + "def kernel(x):\n    a, torch.special.b = 1, 2\n    return x\n"
     assert "foreign-attribute-assignment" in codes(source)
+
+
+def reasons_of(source: str) -> list[tuple[str, str]]:
+    return [(r.code, r.message) for r in check_source(source, "cand.py").reasons]
+
+
+NP = "import numpy as np\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "np.frombuffer(b'x', dtype=np.uint8).dump('/proc/self/fd/1')",
+        "s = np.zeros(1).dumps()",
+        "a = np.fromregex('/etc/hostname', 'x', [('f', 'U9')])",
+        "d = np.lib.npyio.DataSource('/tmp')",
+        "m = np.lib.format.open_memmap('/tmp/m.npy', mode='w+')",
+        "f = np.lib.format.write_array",
+        "f = [np][0].load('/tmp/a.npy')",
+        "f = torch.utils.cpp_extension.load",
+        "f = torch.utils.tensorboard.SummaryWriter",
+        "x.export_chrome_trace('/tmp/t.json')",
+        "f = torch.onnx.export",
+        "f = torch.classes.load_library",
+        "f = torch.cuda.tunable",
+        "f = x.write",
+        "f = x.read",
+        "f = np.testing.measure",
+        "f = np.f2py",
+        "f = torch.cuda.memory.CUDAPluggableAllocator",
+        "f = torch.utils.collect_env",
+    ],
+)
+def test_file_and_native_code_doors_are_banned(body: str) -> None:
+    assert "forbidden-call" in codes(kernel_source(body, NP))
+
+
+def test_triton_and_own_load_store_stay_legal() -> None:
+    source = (
+        "import triton\nimport triton.language as tl\n" + HEADER + "class Cache:\n"
+        "    def load(self, k):\n        return k\n"
+        "@triton.jit\ndef _copy(src, dst):\n    tl.store(dst, tl.load(src))\n"
+        "def kernel(x):\n    return Cache().load(x)\n"
+    )
+    assert codes(source) == set()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        kernel_source("dataclasses._create_fn('f', [], ['pass'])()", "import dataclasses\n"),
+        kernel_source("f = torch.cuda.memory._dump_snapshot"),
+        kernel_source("f = torch.__loader__.get_data"),
+        kernel_source("f = torch.nn.functional.__spec__"),
+        kernel_source("pass", "from dataclasses import _create_fn\n"),
+        kernel_source("pass", "import torch._refs\n"),
+        kernel_source("pass", "from torch._prims import utils\n"),
+        # defining a name does not make it legal on a module
+        "import dataclasses\nclass A:\n    _create_fn = None\n"
+        + kernel_source("f = dataclasses._create_fn"),
+    ],
+)
+def test_private_attributes_are_banned(source: str) -> None:
+    found = reasons_of(source)
+    assert any("private" in message for code, message in found if code.startswith("forbidden")), (
+        found
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "b = __builtins__['open']",
+        "d = __loader__.get_data('/etc/hostname')",
+        "s = __spec__",
+        "c = __build_class__",
+    ],
+)
+def test_module_dunders_that_are_doors_are_banned(body: str) -> None:
+    assert "forbidden-call" in codes(kernel_source(body))
+
+
+def test_private_names_the_candidate_defines_pass() -> None:
+    source = (
+        "import torch.distributed._symmetric_memory as symm_mem\n" + HEADER + "_TABLE = {}\n"
+        "def _helper(t):\n    return t * 2\n"
+        "class Box(torch.nn.Module):\n    _shared = 1\n"
+        "    def __init__(self):\n        super().__init__()\n        self._cache = {}\n"
+        "    def _get(self, t):\n        return self._cache.get(t.shape, Box._shared)\n"
+        "def kernel(x):\n    kernel._calls = 1\n    name = __name__\n"
+        "    v = x._version\n    return _helper(x) * Box()._get(x)\n"
+    )
+    assert codes(source) == set()
+
+
+def test_private_allow_list_is_only_what_candidates_use() -> None:
+    """Each allow-listed private name is used by a shipped kernel or a red-team candidate."""
+    roots = [kernels_root(), Path(__file__).parents[1] / "redteam"]
+    text = "".join(p.read_text() for root in roots for p in root.rglob("*.py"))
+    assert {name for name in PRIVATE_ALLOWED if f".{name}" not in text} == set()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        kernel_source("pass", "import torch.fx\n"),
+        kernel_source("pass", "from torch.fx import Interpreter\n"),
+        kernel_source("g = torch.fx.Graph()"),
+        kernel_source("cu = torch.jit.CompilationUnit('def f(x):\\n    return x\\n')"),
+        kernel_source("f = torch.nn.Module.set_submodule"),
+    ],
+)
+def test_calls_by_run_time_name_are_banned(source: str) -> None:
+    assert codes(source) & {"forbidden-call", "forbidden-import"}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        kernel_source("p = torch.profiler.profile()"),
+        kernel_source("p = torch.autograd.profiler.record_function('k')"),
+        kernel_source("p = torch.autograd.profiler_legacy"),
+        kernel_source("pass", "import torch.profiler\n"),
+        kernel_source("pass", "from torch.autograd import profiler\n"),
+        kernel_source("r = torch.record_function"),
+    ],
+)
+def test_profilers_are_banned(source: str) -> None:
+    assert codes(source) & {"forbidden-call", "forbidden-import"}
+
+
+@pytest.mark.parametrize(
+    "helper",
+    [
+        "def held():\n    with torch.no_grad():\n        yield\n",
+        "def held():\n    yield from range(3)\n",
+        "def held():\n    x = yield\n    return x\n",
+        "async def held():\n    return 1\n",
+        "def outer():\n    async def inner(c):\n        await c\n    return inner\n",
+    ],
+)
+def test_generators_and_coroutines_are_banned(helper: str) -> None:
+    found = reasons_of(HEADER + helper + "def kernel(x):\n    return x\n")
+    assert any(code == "forbidden-call" for code, _ in found), found
+
+
+def test_comprehensions_and_contexts_pass() -> None:
+    source = (
+        HEADER + "def kernel(x):\n    with torch.no_grad():\n"
+        "        parts = list(t * 2 for t in x.unbind(0))\n"
+        "        s = '{}x{}'.format(*x.shape)\n"
+        "    return torch.stack(parts) if s else x\n"
+    )
+    assert codes(source) == set()
+
+
+def test_a_module_is_only_ever_the_root_of_an_attribute() -> None:
+    door = (
+        "import dataclasses\n"
+        "import torch\n"
+        'LANGUAGE = "torch"\n'
+        "class _D:\n"
+        "    _create_fn = None\n"
+        "    def go(self):\n"
+        "        return self._create_fn('f', [], ['return 1'])\n"
+        "def kernel(x):\n"
+        "    _D.go(dataclasses)\n"
+        "    return torch.neg(x)\n"
+    )
+    assert "forbidden-call" in {r.code for r in check_source(door, "c.py").reasons}
+    for passed in ("m = torch", "y = f(torch)", "y = [torch]"):
+        assert "forbidden-call" in codes(kernel_source(passed)), passed
+    honest = "y = isinstance(torch.empty(3), torch.Tensor)"
+    assert codes(kernel_source(honest)) == set()
+    from_module = "from triton import language\nimport torch\nLANGUAGE = 'torch'\n"
+    from_module += "def kernel(x):\n    y = [language]\n    return torch.neg(x)\n"
+    assert "forbidden-call" in {r.code for r in check_source(from_module, "c.py").reasons}

@@ -69,6 +69,17 @@ STATIC = {
     "12-library-module-class": ("calls_rmsnorm_module.py", "calls-reference"),
     "15-string-annotation-evaluated": ("evaluates_string_annotation.py", "forbidden-call"),
     "15-type-comment-evaluated": ("evaluates_type_comment.py", "forbidden-call"),
+    # the fifth red team: forged results through file writes, exec through private helpers,
+    # calls by run-time name, profilers and generators, a module passed as self
+    "4-lazy-container-generator": ("lazy_container.py", "forbidden-call"),
+    "5-forge-results-through-dump": ("forges_result_via_dump.py", "forbidden-call"),
+    "5-forge-verify-through-dump": ("forges_verify_via_dump.py", "forbidden-call"),
+    "5-exec-through-dataclasses": ("execs_via_dataclasses_create_fn.py", "forbidden-call"),
+    "5-getattr-through-fx": ("getattr_via_fx.py", "forbidden-import"),
+    "18-profiler-taxes-rivals": ("profiler_taxes_rivals.py", "forbidden-call"),
+    "18-generator-finalizer-hangs-rival": ("gc_generator_hangs_rival.py", "forbidden-call"),
+    "5-builtins-dunder": ("reads_builtins_dunder.py", "forbidden-call"),
+    "5-module-passed-as-self": ("passes_module_as_self.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
@@ -81,7 +92,7 @@ VERIFIED = {
     "2-nudge-one-bit": ("nudges_inputs.py", {"inputs-modified"}),
     "4-expanded-view": ("expanded_view.py", {"wrong-output-layout"}),
     "4-tensor-subclass": ("lazy_subclass.py", {"wrong-output-type"}),
-    "4-lazy-container": ("lazy_container.py", {"wrong-output-type", "forbidden-call"}),
+    "4-lazy-container": ("lazy_container_iter.py", {"wrong-output-type"}),
     "8-predict-inputs": ("predicts_inputs.py", {"constant-output", "forbidden-import"}),
     "9-traceback-frames": ("walks_traceback.py", {"forbidden-call"}),
     "10-float16-math": ("half_precision.py", {"mismatch"}),
