@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loop import guards
 from loop.profiler import KernelCounters, ProfileResult
 from loop.reasons import CODES
 from loop.tasks import Task
@@ -286,6 +287,8 @@ def build_brief(b: BriefInput) -> str:
         out += ["", "## Model notes", "", notes(family)]
     out += ["", "## Rules", "", "Never acceptable:", ""]
     out += [f"- {n}" for n in NEVER]
+    out += ["", "The candidate file is checked before it runs; it may contain:", ""]
+    out += [f"- {rule}" for rule in guards.rules()]
     out += [
         "",
         "Every proposal is verified on fresh inputs from a secret seed, timed under CUDA graphs "

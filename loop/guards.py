@@ -484,6 +484,24 @@ def banned_attribute(name: str) -> str | None:
     return None
 
 
+def rules() -> list[str]:
+    """What a candidate file may contain, in a few lines for the agent's brief (the checks
+    themselves are the source of truth; this says enough that an honest kernel passes them)."""
+    allowed = ", ".join(sorted(ALLOWED_MODULES - {"__future__"}))
+    return [
+        f"imports only from: {allowed}",
+        "no library names that start with an underscore (your own `_helpers`, `self._cache` "
+        f"are fine; allowed: {', '.join(sorted(PRIVATE_ALLOWED))})",
+        "a module is only the root of an attribute (`torch.empty`), never a value passed around",
+        "no generators or coroutines (`yield`, `async`), no `__del__`, `__torch_function__` or "
+        "`__torch_dispatch__`, no `__enter__` by hand",
+        "no file or network I/O, threads, processes, streams, events, CUDA graphs of your own, "
+        "profilers, torch modes or `torch.library`, environment reads, frame or gc access, "
+        "`exec`/`eval`/`getattr`/`setattr`, assignments to attributes of modules",
+        "no call to the task's reference, its peers or the library op that implements it",
+    ]
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and name not in PRIVATE_ALLOWED
 

@@ -90,6 +90,8 @@ def test_brief_sections_in_order(task_name: str) -> None:
         "## Rules",
         "breaking CUDA graphs",
         "short contexts",
+        "imports only from:",
+        "no generators",
     ]
     positions = [text.index(s) for s in order]
     assert positions == sorted(positions)
