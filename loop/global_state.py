@@ -13,6 +13,9 @@ in torch's namespaces that its checks call, must still be bound to the same obje
 
 from __future__ import annotations
 
+import hashlib
+import json
+import random
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -85,48 +88,57 @@ HARNESS_KEY = "the harness's code"
 TORCH_CHECKED = ("isfinite", "empty", "equal", "where", "rand", "randint", "full", "float64")
 
 
-def _namespaces(torch) -> list[tuple[str, dict]]:
-    out = [(name, vars(sys.modules[name])) for name in HARNESS_MODULES if name in sys.modules]
-    # Not all of torch's namespace: torch itself rebinds names there (set_default_dtype rebinds
-    # torch.Storage), so only the names the output checks call are watched.
-    checked = {k: getattr(torch, k) for k in TORCH_CHECKED if hasattr(torch, k)}
-    return [
-        *out,
-        ("torch", checked),
-        ("torch.linalg", vars(torch.linalg)),
-        ("torch.Tensor", torch.Tensor.__dict__),
+def _namespaces(torch) -> list[tuple[str, Any, dict]]:
+    """(label, owner, namespace): a module (its dict is written back), a class (set and deleted
+    as attributes: a new name on it shadows what it inherits), or torch (only the names the
+    output checks call: torch itself rebinds others, such as torch.Storage)."""
+    out: list[tuple[str, Any, dict]] = [
+        (name, None, vars(sys.modules[name])) for name in HARNESS_MODULES if name in sys.modules
     ]
+    checked = {k: getattr(torch, k) for k in TORCH_CHECKED if hasattr(torch, k)}
+    out += [
+        ("torch", torch, checked),
+        ("torch.linalg", None, vars(torch.linalg)),
+        ("torch.Tensor", torch.Tensor, torch.Tensor.__dict__),
+        # the child's own plumbing: results are JSON, value sets are hashed, checks drawn
+        ("json", None, vars(json)),
+        ("json.JSONEncoder", json.JSONEncoder, json.JSONEncoder.__dict__),
+        ("hashlib", None, vars(hashlib)),
+        ("random.Random", random.Random, random.Random.__dict__),
+        ("random.SystemRandom", random.SystemRandom, random.SystemRandom.__dict__),
+    ]
+    return out
 
 
 def snapshot(torch) -> dict[str, Any]:
     """The state now."""
     state: dict[str, Any] = {name: read() for name, (read, _) in _items(torch).items()}
     state[HARNESS_KEY] = {
-        (label, key): value for label, space in _namespaces(torch) for key, value in space.items()
+        (label, key): value
+        for label, _, space in _namespaces(torch)
+        for key, value in space.items()
     }
     return state
 
 
 def _rebound(torch, before: dict) -> str | None:
-    """The first name of the harness (or of torch's checked namespaces) bound to another object
-    than in `before`, after binding every such name back. Names added since are left alone
-    (modules load lazily), except on torch.Tensor, where they are removed."""
+    """The first name of the harness (or of a watched namespace) bound to another object than
+    in `before`, after binding every such name back. Names added since are left alone on a
+    module (modules load lazily) and removed from a class."""
     first = None
-    for label, space in _namespaces(torch):
+    for label, owner, space in _namespaces(torch):
+        is_class = isinstance(owner, type)
         for key in list(space):
             if (label, key) not in before:
-                # a new name on torch.Tensor shadows a method of its C base (Tensor.equal)
-                if label == "torch.Tensor":
+                if is_class:
                     first = first or f"{label}.{key}"
-                    delattr(torch.Tensor, key)
+                    delattr(owner, key)
                 continue
             was = before[(label, key)]
             if space[key] is not was:
                 first = first or f"{label}.{key}"
-                if label == "torch.Tensor":
-                    setattr(torch.Tensor, key, was)
-                elif label == "torch":
-                    setattr(torch, key, was)
+                if owner is not None:
+                    setattr(owner, key, was)
                 else:
                     space[key] = was
     return first

@@ -391,6 +391,10 @@ TORCH_HOOKS = {
     "__annotations__": "evaluating annotations",
 }
 
+# Attributes of compiled-kernel objects that a kernel sets to launch (CuPy's RawKernel): only
+# kernel objects have them, so setting one anywhere else changes nothing anyone reads.
+KERNEL_SETTINGS = {"max_dynamic_shared_size_bytes", "preferred_shared_memory_carveout"}
+
 # Methods a candidate may not define: they run inside the harness, at times it does not choose.
 HOOK_METHODS = ("__torch_function__", "__torch_dispatch__", "__del__")
 
@@ -571,6 +575,8 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     bound = _bound_names(tree)
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     own = _own_names(tree, module_names | parameters)
+    own_roots = _own_roots(tree)
+    reasons += _hook_methods_bound_in_class_bodies(tree)
     for node in (n for root in (tree, *_string_annotations(tree)) for n in ast.walk(root)):
         if type(node) in SUSPENDING:
             reasons.append(
@@ -660,13 +666,22 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             targets = [node.target]
         elif isinstance(node, ast.Delete):
             targets = list(node.targets)
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+            targets = [node.target]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            targets = [node.optional_vars]
         for target in targets:
             for sub in _stored_attributes(target):
-                if _root_name(sub) in module_names | parameters:
+                if sub.attr in HOOK_METHODS:
+                    reasons.append(
+                        reason("forbidden-call", f"line {sub.lineno}: assigns {_dotted(sub)}")
+                    )
+                elif _root_name(sub) not in own_roots and sub.attr not in KERNEL_SETTINGS:
                     reasons.append(
                         reason(
                             "foreign-attribute-assignment",
-                            f"line {sub.lineno}: assigns {_dotted(sub)}",
+                            f"line {sub.lineno}: assigns {_dotted(sub)} (only attributes of "
+                            "the candidate's own objects may be assigned)",
                         )
                     )
         if (
@@ -721,6 +736,42 @@ def _own_names(tree: ast.Module, foreign_roots: set[str]) -> set[str]:
                 if _root_name(sub) not in foreign_roots:
                     names.add(sub.attr)
     return names
+
+
+def _own_roots(tree: ast.Module) -> set[str]:
+    """Names whose attributes the candidate may assign: `self` and `cls`, its own functions and
+    classes, and names bound to instances of its own classes (`cfg = _Config()`). Anything else
+    may be a module or a library object reached some way the guard cannot follow (a list
+    subscript, a walrus, a loop variable), whose attributes the harness and the peers use."""
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    roots = {"self", "cls"} | classes
+    roots |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in classes
+        ):
+            roots |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return roots
+
+
+def _hook_methods_bound_in_class_bodies(tree: ast.Module) -> list[Reason]:
+    """`__del__ = _fire` in a class body defines a finalizer as surely as `def __del__`."""
+    out = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for stmt in cls.body:
+            for target in _targets(stmt):
+                for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
+                    if name.id in HOOK_METHODS:
+                        out.append(
+                            reason(
+                                "forbidden-call",
+                                f"line {name.lineno}: binds {name.id} ({TORCH_HOOKS[name.id]})",
+                            )
+                        )
+    return out
 
 
 def _targets(node: ast.AST) -> list[ast.AST]:

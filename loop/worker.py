@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import importlib.util
 import random
@@ -539,6 +540,7 @@ def _time_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> 
     from baselines import roofline
 
     _prepare_device(ctx)
+    gc.disable()  # collections happen after blocks, under their marks (see _marked)
     ctx.state = global_state.snapshot(ctx.torch)
     timer, ceilings, reads = None, None, None  # measured before any candidate loads
     if ctx.device == "cuda":
@@ -813,12 +815,18 @@ class _BlockFailed(Exception):
 
 
 def _marked(chan: Channel, label: str, shape: str, block, index: int):
-    """`block` with a progress mark before it, and its failure tagged with the runner's index."""
+    """`block` with a progress mark before it, and its failure tagged with the runner's index.
+    The timing child runs with the cyclic garbage collector off, and collects the young
+    generation after each block, under that block's mark: a finalizer left by a candidate runs
+    there, never inside another runner's block where its crash or stall would be blamed on
+    that runner."""
 
     def run(n: int) -> list[float]:
         chan.mark(label, shape)
         try:
-            return block(n)
+            samples = block(n)
+            gc.collect(0)
+            return samples
         except BaseException as exc:
             raise _BlockFailed(index, exc) from exc
 
@@ -870,6 +878,7 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
             chan.mark(runner.label, shape.name)
             try:
                 outputs.append(replay())
+                gc.collect(0)
                 left = _state_left(ctx)
                 if left:
                     raise _TimedOutputWrong(

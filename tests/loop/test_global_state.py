@@ -75,3 +75,16 @@ def test_rebinding_the_harness_or_torch_is_reported_and_undone() -> None:
     torch.Tensor.equal = lambda a, b: True  # shadows the C method
     assert global_state.changed(torch, before) == "rebound torch.Tensor.equal"
     assert not torch.ones(2).equal(torch.zeros(2))
+
+
+def test_the_childs_plumbing_is_watched_too() -> None:
+    import json
+    import random
+
+    before = global_state.snapshot(torch)
+    encode, draw = json.JSONEncoder.encode, random.SystemRandom.random
+    json.JSONEncoder.encode = lambda self, o: "{}"  # forges every result line
+    random.SystemRandom.random = lambda self: 0.99  # no timed output would be checked
+    assert global_state.changed(torch, before) == "rebound json.JSONEncoder.encode"
+    assert json.JSONEncoder.encode is encode and random.SystemRandom.random is draw
+    assert json.dumps({"a": 1}) == '{"a": 1}'

@@ -644,3 +644,40 @@ def test_a_module_is_only_ever_the_root_of_an_attribute() -> None:
     from_module = "from triton import language\nimport torch\nLANGUAGE = 'torch'\n"
     from_module += "def kernel(x):\n    y = [language]\n    return torch.neg(x)\n"
     assert "forbidden-call" in {r.code for r in check_source(from_module, "c.py").reasons}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "T = [torch.nn.functional.torch][0]\n    T.rsqrt = abs",
+        "if (T := torch.nn.functional.torch) is not None:\n        T.rsqrt = abs",
+        "for T in (torch.nn.functional.torch,):\n        T.rsqrt = abs",
+        "y = x\n    y.data = x",
+        "y = [x]\n    y[0].grad = None",
+    ],
+)
+def test_only_the_candidates_own_objects_have_attributes_assigned(body: str) -> None:
+    assert "foreign-attribute-assignment" in codes(kernel_source(body))
+
+
+def test_own_objects_and_kernel_settings_may_have_attributes_assigned() -> None:
+    source = (
+        "import torch\nLANGUAGE = 'torch'\n"
+        "class _Cfg:\n    def __init__(self):\n        self.block = 4\n"
+        "def _compiled():\n    return _Cfg()\n"
+        "def kernel(x):\n"
+        "    cfg = _Cfg()\n    cfg.block = 8\n    kernel.calls = 1\n    _Cfg.shared = 2\n"
+        "    kern = _compiled()\n    kern.max_dynamic_shared_size_bytes = 1 << 16\n"
+        "    return torch.neg(x)\n"
+    )
+    assert [r.message for r in check_source(source, "c.py").reasons] == []
+
+
+def test_a_finalizer_bound_in_a_class_body_is_a_finalizer() -> None:
+    source = (
+        "import torch\nLANGUAGE = 'torch'\n"
+        "def _fire(self):\n    return None\n"
+        "class _Poll:\n    __del__ = _fire\n"
+        "def kernel(x):\n    return torch.neg(x)\n"
+    )
+    assert "forbidden-call" in {r.code for r in check_source(source, "c.py").reasons}

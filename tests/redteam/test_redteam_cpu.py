@@ -80,6 +80,17 @@ STATIC = {
     "18-generator-finalizer-hangs-rival": ("gc_generator_hangs_rival.py", "forbidden-call"),
     "5-builtins-dunder": ("reads_builtins_dunder.py", "forbidden-call"),
     "5-module-passed-as-self": ("passes_module_as_self.py", "forbidden-call"),
+    # the sixth red team: modules reached through list subscripts and walruses, then patched
+    "5-forge-results-through-json": ("forges_result_via_json.py", "foreign-attribute-assignment"),
+    "5-patch-the-reference-through-a-subscript": (
+        "patches_reference_via_subscript.py",
+        "foreign-attribute-assignment",
+    ),
+    "18-tax-the-rivals-through-a-walrus": (
+        "taxes_rivals_via_walrus.py",
+        "foreign-attribute-assignment",
+    ),
+    "18-finalizer-bound-in-a-class-body": ("hangs_rival_via_del_assign.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
