@@ -23,6 +23,12 @@ LANGUAGES = ("triton", "cuda", "cupy", "torch")
 
 ALLOWED_MODULES = {
     "__future__",
+    "abc",
+    "bisect",
+    "collections",
+    "copy",
+    "heapq",
+    "warnings",
     "torch",
     "triton",
     "cupy",
@@ -48,7 +54,6 @@ FORBIDDEN_NAMES = {
     "locals": "frame access",
     "vars": "namespace access",
     "breakpoint": "debugger",
-    "input": "reading input",
     "exit": "ending the worker",
     "quit": "ending the worker",
     "memoryview": "raw memory access",
@@ -223,7 +228,16 @@ PRIVATE_ALLOWED = {
     # a tensor's read-only write counter: no door; tricks built on it (spotting timed samples)
     # are caught at run time by re-verification (red-team candidate skips_timed_samples.py)
     "_version",
+    # namedtuple's public API is spelled with an underscore
+    "_replace",
+    "_asdict",
+    "_fields",
+    "_make",
 }
+
+# Dunders that are plain strings or tables to read: a name, a version, a docstring, an enum's
+# members (reading them reaches no code).
+READABLE_DUNDERS = {"__name__", "__qualname__", "__version__", "__doc__", "__members__"}
 
 # Module-level dunders a candidate may read without defining them: strings only.
 # (`__builtins__`, `__loader__`, `__spec__` and `__build_class__` are doors.)
@@ -456,6 +470,9 @@ def _language_evidence(tree: ast.Module, aliases: dict[str, str]) -> set[str]:
                 if root == "triton" or name.split(".")[-1] in {"jit", "autotune"}:
                     jitted.add(node.name)
     for node in ast.walk(tree):
+        # launched through a variable, a dict of variants or a partial: its name is read
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in jitted:
+            found.add("triton")
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Subscript) and _root_name(func.value) in jitted:
@@ -497,11 +514,15 @@ def rules() -> list[str]:
         "no library names that start with an underscore (your own `_helpers`, `self._cache` "
         f"are fine; allowed: {', '.join(sorted(PRIVATE_ALLOWED))})",
         "a module is only the root of an attribute (`torch.empty`), never a value passed around",
-        "no generators or coroutines (`yield`, `async`), no `__del__`, `__torch_function__` or "
-        "`__torch_dispatch__`, no `__enter__` by hand",
+        "no generators that hold a `with` or a `finally`, no coroutines (`async`), no "
+        "`__del__`, `__torch_function__` or `__torch_dispatch__`, no `__enter__` by hand",
+        "attributes are assigned only on your own objects (`self`, your classes and their "
+        "instances); `getattr`/`hasattr` only with a literal name (for a dtype by name, use a "
+        'dict such as `{"float32": torch.float32}`)',
+        'a self-test under `if __name__ == "__main__":` is not checked (it never runs)',
         "no file or network I/O, threads, processes, streams, events, CUDA graphs of your own, "
         "profilers, torch modes or `torch.library`, environment reads, frame or gc access, "
-        "`exec`/`eval`/`getattr`/`setattr`, assignments to attributes of modules",
+        "`exec`/`eval`/`setattr`",
         "no call to the task's reference, its peers or the library op that implements it",
     ]
 
@@ -523,7 +544,17 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
         return StaticReport(None, [reason("syntax-error", f"{filename}:{exc.lineno}: {exc.msg}")])
 
     reasons: list[Reason] = _type_comments(source)
+    # A self-test under `if __name__ == "__main__":` never runs: the worker imports the file
+    # under another name (which the file may not rebind).
+    tree.body = [n for n in tree.body if not _is_main_block(n)]
+    reasons += [
+        reason("forbidden-call", f"line {n.lineno}: assigns __name__")
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
+    ]
     ops = {_normalised(op) for op in forbidden_ops}
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    jitted_nodes = _inside_jitted(tree)
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -576,13 +607,21 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     own = _own_names(tree, module_names | parameters)
     own_roots = _own_roots(tree)
+    module_state = _module_state(tree)
+    reasons += _methods_through_their_class(tree)
     reasons += _hook_methods_bound_in_class_bodies(tree)
     for node in (n for root in (tree, *_string_annotations(tree)) for n in ast.walk(root)):
-        if type(node) in SUSPENDING:
+        if type(node) in SUSPENDING and not _plain_generator_step(node, parents):
             reasons.append(
                 reason("forbidden-call", f"line {node.lineno}: {SUSPENDING[type(node)]}")
             )
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            why_literal = _literal_getattr(node, parents)
+            if why_literal == "":
+                continue
+            if why_literal is not None:
+                reasons.append(reason("forbidden-call", f"line {node.lineno}: {why_literal}"))
+                continue
             reasons.append(
                 reason(
                     "forbidden-call",
@@ -592,10 +631,26 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
         elif isinstance(node, ast.Attribute):
             root = _root_name(node)
             why = banned_attribute(node.attr)
-            if node.attr in CUPY_RAW and aliases.get(root or "") == "cupy":
+            if (
+                node.attr in CUPY_RAW
+                and aliases.get(root or "") == "cupy"
+                and not _cupy_query(node, parents)
+            ):
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (raw CUDA)")
                 )
+            elif node.attr in READABLE_DUNDERS and isinstance(node.ctx, ast.Load):
+                pass
+            elif (
+                why is not None
+                and node.attr in own
+                and isinstance(node.value, ast.Name)
+                and node.value.id in own_roots
+                and not node.attr.startswith("__")
+            ):
+                pass  # `self.stream`, `cfg.reduction`: the candidate's own field, named alike
+            elif why is not None and node.attr == "ExternalStream" and _torch_stream(node, parents):
+                pass
             elif why is not None:
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: .{node.attr} ({why})")
@@ -604,6 +659,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 node.attr == "load"
                 and aliases.get(root or "") not in LOAD_ALLOWED_ROOTS
                 and not _owned(node, own, module_names)
+                and node not in jitted_nodes
             ):
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (file I/O)")
@@ -693,7 +749,15 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 reason("calls-reference", f"line {node.lineno}: the @ operator is a matmul call")
             )
         if isinstance(node, ast.Global):
-            reasons.append(reason("forbidden-call", f"line {node.lineno}: global statement"))
+            wrong = [n for n in node.names if n not in module_state]
+            if wrong:
+                reasons.append(
+                    reason(
+                        "forbidden-call",
+                        f"line {node.lineno}: global {', '.join(wrong)} (only the file's own "
+                        "module-level state, not kernel, LANGUAGE, PARAMS or dunders)",
+                    )
+                )
 
     if not any(
         (isinstance(n, ast.FunctionDef) and n.name == "kernel")
@@ -736,6 +800,143 @@ def _own_names(tree: ast.Module, foreign_roots: set[str]) -> set[str]:
                 if _root_name(sub) not in foreign_roots:
                     names.add(sub.attr)
     return names
+
+
+# Read-only queries of CuPy's runtime bindings (the rest can set limits and stream attributes).
+CUPY_QUERIES = {
+    "getDevice",
+    "getDeviceCount",
+    "getDeviceProperties",
+    "deviceGetAttribute",
+    "runtimeGetVersion",
+    "driverGetVersion",
+}
+
+
+def _cupy_query(node: ast.Attribute, parents: dict) -> bool:
+    """`cupy.cuda.runtime.getDeviceProperties(...)`: a query, not a setting."""
+    parent = parents.get(node)
+    return (
+        node.attr == "runtime" and isinstance(parent, ast.Attribute) and parent.attr in CUPY_QUERIES
+    )
+
+
+def _torch_stream(node: ast.Attribute, parents: dict) -> bool:
+    """`cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)`: CuPy launching on
+    torch's current stream (the one being captured), not a stream of the candidate's own."""
+    call = parents.get(node)
+    if not (isinstance(call, ast.Call) and call.func is node and len(call.args) == 1):
+        return False
+    arg = call.args[0]
+    return (
+        isinstance(arg, ast.Attribute)
+        and arg.attr == "cuda_stream"
+        and isinstance(arg.value, ast.Call)
+        and _dotted(arg.value.func).endswith("cuda.current_stream")
+    )
+
+
+def _module_state(tree: ast.Module) -> set[str]:
+    """Names a `global` statement may rebind: assigned at the file's top level, and not what
+    the harness reads (kernel, LANGUAGE, PARAMS) or a dunder."""
+    names = set()
+    for stmt in tree.body:
+        for target in _targets(stmt):
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return {n for n in names if not n.startswith("__")} - {"kernel", "LANGUAGE", "PARAMS"}
+
+
+def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
+    """A plain method read through its class (`Box.go`) can be called with anything as `self`,
+    a module included: the candidate's own attribute names would then reach the module's."""
+    plain: dict[str, set[str]] = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        plain[cls.name] = {
+            f.name
+            for f in cls.body
+            if isinstance(f, ast.FunctionDef)
+            and not any(
+                _dotted(d) in {"staticmethod", "classmethod", "property"} for d in f.decorator_list
+            )
+        }
+    return [
+        reason(
+            "forbidden-call",
+            f"line {n.lineno}: {n.value.id}.{n.attr} (a method read through its class)",
+        )
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.attr in plain.get(n.value.id, set())
+        and not n.attr.startswith("__")
+    ]
+
+
+def _is_main_block(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` at the top level."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def _literal_getattr(node: ast.Name, parents: dict) -> str | None:
+    """For `getattr`/`hasattr` called with a string literal as the name: "" when that is a
+    plain attribute read the guard would allow, else why not; None when it is not such a call
+    (a dynamic name stays banned)."""
+    call = parents.get(node)
+    if not (
+        node.id in {"getattr", "hasattr"}
+        and isinstance(call, ast.Call)
+        and call.func is node
+        and 2 <= len(call.args) <= 3
+        and not call.keywords
+        and isinstance(call.args[1], ast.Constant)
+        and isinstance(call.args[1].value, str)
+    ):
+        return None
+    name = call.args[1].value
+    why = banned_attribute(name)
+    if why is not None:
+        return f"{node.id}(..., {name!r}) ({why})"
+    if _private(name) and name not in READABLE_DUNDERS:
+        return f"{node.id}(..., {name!r}) (private attribute)"
+    return ""
+
+
+def _plain_generator_step(node: ast.AST, parents: dict) -> bool:
+    """A `yield` in a function that holds no context and no `finally`: closing it late runs
+    nothing (async code is never plain)."""
+    if not isinstance(node, ast.Yield | ast.YieldFrom):
+        return False
+    func = parents.get(node)
+    while func is not None and not isinstance(func, ast.FunctionDef | ast.Lambda):
+        func = parents.get(func)
+    if not isinstance(func, ast.FunctionDef):
+        return False
+    return not any(
+        isinstance(n, ast.With | ast.AsyncWith) or (isinstance(n, ast.Try) and n.finalbody)
+        for n in ast.walk(func)
+    )
+
+
+def _inside_jitted(tree: ast.Module) -> set[ast.AST]:
+    """Every node inside a `@triton.jit` (or autotuned) function: device code, where `.load`
+    is a tensor descriptor's, not a file's."""
+    inside: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(
+            _dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
+            in {"jit", "autotune", "heuristics"}
+            for d in node.decorator_list
+        ):
+            inside.update(ast.walk(node))
+    return inside
 
 
 def _own_roots(tree: ast.Module) -> set[str]:
@@ -823,6 +1024,8 @@ def _modules_as_values(tree: ast.Module) -> list[Reason]:
         parent = parents.get(node)
         if isinstance(parent, ast.Attribute) and parent.value is node:
             continue
+        if _feature_check(node, parent):
+            continue
         out.append(
             reason(
                 "forbidden-call",
@@ -831,6 +1034,22 @@ def _modules_as_values(tree: ast.Module) -> list[Reason]:
             )
         )
     return out
+
+
+def _feature_check(node: ast.Name, parent: ast.AST | None) -> bool:
+    """`hasattr(tl, "name")`, `getattr(torch, "float8_e4m3fn", None)`, `libdevice is None`:
+    a module looked at, not handed to anything."""
+    if isinstance(parent, ast.Compare):
+        return all(isinstance(op, ast.Is | ast.IsNot) for op in parent.ops)
+    return (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id in {"getattr", "hasattr"}
+        and len(parent.args) >= 2
+        and parent.args[0] is node
+        and isinstance(parent.args[1], ast.Constant)
+        and isinstance(parent.args[1].value, str)
+    )
 
 
 def _module_aliases(tree: ast.Module, modules: set[str]) -> set[str]:

@@ -71,7 +71,6 @@ STATIC = {
     "15-type-comment-evaluated": ("evaluates_type_comment.py", "forbidden-call"),
     # the fifth red team: forged results through file writes, exec through private helpers,
     # calls by run-time name, profilers and generators, a module passed as self
-    "4-lazy-container-generator": ("lazy_container.py", "forbidden-call"),
     "5-forge-results-through-dump": ("forges_result_via_dump.py", "forbidden-call"),
     "5-forge-verify-through-dump": ("forges_verify_via_dump.py", "forbidden-call"),
     "5-exec-through-dataclasses": ("execs_via_dataclasses_create_fn.py", "forbidden-call"),
@@ -104,6 +103,7 @@ VERIFIED = {
     "4-expanded-view": ("expanded_view.py", {"wrong-output-layout"}),
     "4-tensor-subclass": ("lazy_subclass.py", {"wrong-output-type"}),
     "4-lazy-container": ("lazy_container_iter.py", {"wrong-output-type"}),
+    "4-lazy-container-generator": ("lazy_container.py", {"wrong-output-type"}),
     "8-predict-inputs": ("predicts_inputs.py", {"constant-output", "forbidden-import"}),
     "9-traceback-frames": ("walks_traceback.py", {"forbidden-call"}),
     "10-float16-math": ("half_precision.py", {"mismatch"}),
