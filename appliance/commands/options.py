@@ -43,6 +43,11 @@ def candidate_args(task_name: str, candidate: str, params: str | None):
         task = load_task(task_name)
     except TaskError as exc:
         raise UsageFailure(str(exc)) from exc
+    if getattr(task.module, "DISTRIBUTED", False):
+        raise UsageFailure(
+            f"task {task.name} runs one process per GPU: verify and time its candidates with "
+            "loop.distributed.run_distributed_task (scripts/bench_allreduce_gpu.sh), not here"
+        )
     path = Path(candidate)
     if not path.exists() and (task.folder / candidate).exists():
         path = task.folder / candidate
