@@ -563,6 +563,7 @@ def _time_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> 
             ]
             if live:
                 _time_shape(ctx, shape, live, rule, timer, (ceilings, reads), chan, sampler)
+                gc.collect()  # what the shape's captures and closures left, before the next
     _tamper_check(ctx, runners)
     extra = None
     if ceilings is not None:
