@@ -17,8 +17,14 @@ import hashlib
 import json
 import random
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
+
+
+def _set_warning_filters(filters: tuple) -> None:
+    warnings.filters[:] = list(filters)
+    warnings._filters_mutated()  # the module's own cache of filter decisions
 
 
 def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]]:
@@ -48,6 +54,9 @@ def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | 
         ),
         # a profiler left recording slows every later torch call (cannot be stopped from here)
         "the autograd profiler": (c._autograd._profiler_enabled, None),
+        # warnings.simplefilter("error") would turn a rival's or the harness's warnings into
+        # exceptions raised inside their code
+        "the warning filters": (lambda: tuple(warnings.filters), _set_warning_filters),
         "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
         "inference mode": (torch.is_inference_mode_enabled, None),
         "CPU autocast": (
@@ -159,7 +168,8 @@ def changed(torch, before: dict[str, Any]) -> str | None:
         if name.startswith("a torch"):
             found.append(f"left {name} active")
         else:
-            found.append(f"changed {name} ({before[name]} to {now})")
+            values = f" ({before[name]} to {now})" if len(f"{before[name]}{now}") < 60 else ""
+            found.append(f"changed {name}{values}")
         if put_back is not None:
             put_back(before[name])
     return found[0] if found else None

@@ -11,10 +11,13 @@ comments are checked as the code they become when typing or torch.jit evaluates 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import importlib.util
 import io
 import re
 import tokenize
+import types
 from dataclasses import dataclass
 
 from loop.reasons import Reason, reason
@@ -546,15 +549,10 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     reasons: list[Reason] = _type_comments(source)
     # A self-test under `if __name__ == "__main__":` never runs: the worker imports the file
     # under another name (which the file may not rebind).
-    tree.body = [n for n in tree.body if not _is_main_block(n)]
-    reasons += [
-        reason("forbidden-call", f"line {n.lineno}: assigns __name__")
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
-    ]
+    tree = without_self_tests(tree)
     ops = {_normalised(op) for op in forbidden_ops}
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    jitted_nodes = _inside_jitted(tree)
+    jitted_nodes: set[ast.AST] = set()  # filled once the imports are known
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -602,6 +600,8 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     )
 
     module_names = set(aliases) | _module_aliases(tree, set(aliases))
+    jitted_nodes = _inside_jitted(tree, aliases)
+    reasons += _rebound_builtins(tree)
     parameters = _parameters(tree)
     bound = _bound_names(tree)
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
@@ -659,7 +659,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 node.attr == "load"
                 and aliases.get(root or "") not in LOAD_ALLOWED_ROOTS
                 and not _owned(node, own, module_names)
-                and node not in jitted_nodes
+                and not (node in jitted_nodes and _root_name(node) not in module_names)
             ):
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (file I/O)")
@@ -781,6 +781,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             )
         )
     reasons += _modules_as_values(tree)
+    reasons += _module_chains_as_values(tree)
     return StaticReport(language, _dedupe(reasons))
 
 
@@ -872,6 +873,43 @@ def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
     ]
 
 
+# Builtins the checks take at their word (getattr with a literal, hasattr as a feature check,
+# type(...) with one argument): the file may not bind these names to something of its own.
+TRUSTED_BUILTINS = {"getattr", "hasattr", "type", "isinstance", "super", "__name__"}
+
+
+def _rebound_builtins(tree: ast.Module) -> list[Reason]:
+    """Any binding, in any syntax, of a name the checks trust or ban as a builtin."""
+    watched = TRUSTED_BUILTINS | set(FORBIDDEN_NAMES)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names = [node.id]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names = [node.name]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, ast.alias):
+            names = [node.asname or node.name.split(".")[0]]
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            names = [node.name]
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names = [node.rest]
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names = list(node.names)
+        found += [(getattr(node, "lineno", 0), n) for n in names if n in watched]
+    return [reason("forbidden-call", f"line {line}: binds {name}") for line, name in found]
+
+
+def without_self_tests(tree: ast.Module) -> ast.Module:
+    """`tree` without its top-level `if __name__ == "__main__":` blocks: what the guard checks,
+    and what the worker runs (it compiles this tree, not the file, so a block that would run
+    after all, however `__name__` got rebound, is not there to run)."""
+    tree.body = [n for n in tree.body if not _is_main_block(n)]
+    return tree
+
+
 def _is_main_block(node: ast.stmt) -> bool:
     """`if __name__ == "__main__":` at the top level."""
     test = node.test if isinstance(node, ast.If) else None
@@ -910,8 +948,8 @@ def _literal_getattr(node: ast.Name, parents: dict) -> str | None:
 
 
 def _plain_generator_step(node: ast.AST, parents: dict) -> bool:
-    """A `yield` in a function that holds no context and no `finally`: closing it late runs
-    nothing (async code is never plain)."""
+    """A `yield` in a function that holds no context and no `try`: closing it late runs nothing
+    (async code is never plain)."""
     if not isinstance(node, ast.Yield | ast.YieldFrom):
         return False
     func = parents.get(node)
@@ -920,22 +958,25 @@ def _plain_generator_step(node: ast.AST, parents: dict) -> bool:
     if not isinstance(func, ast.FunctionDef):
         return False
     return not any(
-        isinstance(n, ast.With | ast.AsyncWith) or (isinstance(n, ast.Try) and n.finalbody)
+        # an `except GeneratorExit` (or a bare except) runs at close, like a finally
+        isinstance(n, ast.With | ast.AsyncWith | ast.Try | ast.TryStar)
         for n in ast.walk(func)
     )
 
 
-def _inside_jitted(tree: ast.Module) -> set[ast.AST]:
-    """Every node inside a `@triton.jit` (or autotuned) function: device code, where `.load`
-    is a tensor descriptor's, not a file's."""
+def _inside_jitted(tree: ast.Module, aliases: dict[str, str]) -> set[ast.AST]:
+    """Every node inside a function decorated by Triton's own `jit`, `autotune` or
+    `heuristics` (not a `jit` of the file's own): device code, where `.load` on a parameter or
+    local is a tensor descriptor's, not a file's."""
     inside: set[ast.AST] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(
-            _dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
-            in {"jit", "autotune", "heuristics"}
-            for d in node.decorator_list
-        ):
-            inside.update(ast.walk(node))
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for dec in node.decorator_list:
+            name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
+            parts = name.split(".")
+            if parts[-1] in {"jit", "autotune", "heuristics"} and aliases.get(parts[0]) == "triton":
+                inside.update(ast.walk(node))
     return inside
 
 
@@ -1008,6 +1049,66 @@ def _imported_modules(tree: ast.Module) -> set[str]:
     return names
 
 
+def _import_paths(tree: ast.Module) -> dict[str, str]:
+    """What each imported name stands for: `import a.b as x` -> x: "a.b"; `import a.b` -> a: "a";
+    `from a import b as y` -> y: "a.b"."""
+    paths: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                paths[a.asname or a.name.split(".")[0]] = (
+                    a.name if a.asname else a.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                paths[a.asname or a.name] = f"{node.module}.{a.name}"
+    return paths
+
+
+@functools.cache
+def _is_module(dotted: str) -> bool:
+    """Whether `dotted` (an allowed package's attribute chain) is a module, by looking it up
+    in this process: `torch.nn.functional` is one, and so is `torch.nn.functional.torch`, a
+    module re-exported under another module's name."""
+    top, *rest = dotted.split(".")
+    if top not in ALLOWED_MODULES:
+        return False
+    try:
+        obj = importlib.import_module(top)
+        for part in rest:
+            obj = getattr(obj, part)
+    except Exception:  # not there (or it fails to load): not a module value to worry about
+        return False
+    return isinstance(obj, types.ModuleType)
+
+
+def _module_chains_as_values(tree: ast.Module) -> list[Reason]:
+    """An attribute chain that is a module (`torch.nn.functional`, `torch.cuda`) used as a
+    value, not as the root of a longer chain: it could be passed as `self` to a method whose
+    own field names then reach the module's (`self.os`, `self.rms_norm`)."""
+    paths = _import_paths(tree)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
+            continue
+        parent = parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            continue
+        root, *rest = _dotted(node).split(".")
+        if root not in paths or not rest or _feature_check(node, parent):
+            continue
+        if _is_module(".".join([paths[root], *rest])):
+            out.append(
+                reason(
+                    "forbidden-call",
+                    f"line {node.lineno}: the module {_dotted(node)} used as a value (import it "
+                    "under a name instead: `import torch.nn.functional as F`)",
+                )
+            )
+    return out
+
+
 def _modules_as_values(tree: ast.Module) -> list[Reason]:
     """A module may only be the root of an attribute chain (`torch.empty`), never a value
     passed around: a function that receives one as `self` or a parameter reaches its private
@@ -1036,7 +1137,7 @@ def _modules_as_values(tree: ast.Module) -> list[Reason]:
     return out
 
 
-def _feature_check(node: ast.Name, parent: ast.AST | None) -> bool:
+def _feature_check(node: ast.expr, parent: ast.AST | None) -> bool:
     """`hasattr(tl, "name")`, `getattr(torch, "float8_e4m3fn", None)`, `libdevice is None`:
     a module looked at, not handed to anything."""
     if isinstance(parent, ast.Compare):

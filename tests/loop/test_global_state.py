@@ -88,3 +88,12 @@ def test_the_childs_plumbing_is_watched_too() -> None:
     assert global_state.changed(torch, before) == "rebound json.JSONEncoder.encode"
     assert json.JSONEncoder.encode is encode and random.SystemRandom.random is draw
     assert json.dumps({"a": 1}) == '{"a": 1}'
+
+
+def test_warning_filters_are_set_back() -> None:
+    import warnings
+
+    before = global_state.snapshot(torch)
+    warnings.simplefilter("error")  # a rival's warning would become an exception in its code
+    assert global_state.changed(torch, before) == "changed the warning filters"
+    assert global_state.changed(torch, before) is None

@@ -724,6 +724,41 @@ def test_a_method_read_through_its_class_is_banned() -> None:
         "def kernel(x):\n    b = _Box.make()\n    _Box.go(torch.cuda)\n    return torch.neg(x)\n"
     )
     # `self.stream` is the box's own field; reading `go` through the class is what is banned
-    assert [r.message for r in check_source(source, "c.py").reasons] == [
-        "line 13: _Box.go (a method read through its class)"
-    ]
+    messages = [r.message for r in check_source(source, "c.py").reasons]
+    assert "line 13: _Box.go (a method read through its class)" in messages
+    assert "line 13: the module torch.cuda used as a value" in " ".join(messages)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "y = [torch.nn.functional.torch][0]",
+        "y = f(torch.cuda)",
+        "F = torch.nn.functional",
+    ],
+)
+def test_a_module_reached_through_attributes_is_no_value_either(body: str) -> None:
+    assert "forbidden-call" in codes(kernel_source(body)), body
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def hasattr(obj, name):\n    return obj\n",
+        "import torch as getattr\n",
+        "match 1:\n    case __name__:\n        pass\n",
+        "class type:\n    pass\n",
+    ],
+)
+def test_the_builtins_the_checks_trust_may_not_be_rebound(source: str) -> None:
+    assert "forbidden-call" in codes(HEADER + source + "def kernel(x):\n    return x\n")
+
+
+def test_only_tritons_own_jit_makes_device_code() -> None:
+    own = (
+        "import torch\nLANGUAGE = 'torch'\n"
+        "def jit(f):\n    return f\n"
+        "@jit\ndef _load(p):\n    return torch.load(p)\n"
+        "def kernel(x):\n    return x\n"
+    )
+    assert "forbidden-call" in {r.code for r in check_source(own, "c.py").reasons}

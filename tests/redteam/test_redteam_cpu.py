@@ -90,6 +90,14 @@ STATIC = {
         "foreign-attribute-assignment",
     ),
     "18-finalizer-bound-in-a-class-body": ("hangs_rival_via_del_assign.py", "forbidden-call"),
+    # the seventh red team, against this session's narrowing of the guard
+    "15-self-test-block-run-by-a-match": ("main_block_via_match.py", "forbidden-call"),
+    "15-own-field-reaches-os": ("self_os_via_own_field.py", "forbidden-call"),
+    "12-module-as-self-calls-the-op": ("self_is_a_module.py", "forbidden-call"),
+    "12-method-through-type": ("method_via_type.py", "forbidden-call"),
+    "15-shadowed-hasattr-hands-out-a-module": ("shadowed_hasattr_exec.py", "forbidden-call"),
+    "15-own-jit-decorator-hides-a-load": ("own_jit_decorator_load.py", "forbidden-call"),
+    "18-generator-except-exit-finalizer": ("gc_generator_except_exit.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
