@@ -115,6 +115,16 @@ FORBIDDEN_ATTRIBUTES = {
     "deviceSetLimit": "changing device limits (persisting L2 size)",
     "ctxResetPersistingL2Cache": "changing the harness's L2 state",
     "__traceback__": "frame access",
+    # a builtin's __self__ is its module; a method's __func__ takes any self; descriptors and
+    # class hooks run code at class creation or attribute access
+    "__self__": "reaching the module or object behind a callable",
+    "__func__": "detaching a method (any object as self)",
+    "__wrapped__": "reaching a wrapped function",
+    "__objclass__": "reaching a descriptor's class",
+    "__get__": "descriptor access",
+    "__set_name__": "class-creation hooks",
+    "__init_subclass__": "class-creation hooks",
+    "__class_getitem__": "class-creation hooks",
     # modules that allowed packages re-export as attributes (numpy.ctypeslib.ctypes,
     # torch.utils.cpp_extension.subprocess, triton.runtime.build.subprocess, ...)
     "ctypes": "raw memory and C calls",
@@ -604,7 +614,6 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     reasons += _rebound_builtins(tree)
     parameters = _parameters(tree)
     bound = _bound_names(tree)
-    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     own = _own_names(tree, module_names | parameters)
     own_roots = _own_roots(tree)
     module_state = _module_state(tree)
@@ -644,8 +653,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             elif (
                 why is not None
                 and node.attr in own
-                and isinstance(node.value, ast.Name)
-                and node.value.id in own_roots
+                and own_roots.holds(node.value)
                 and not node.attr.startswith("__")
             ):
                 pass  # `self.stream`, `cfg.reduction`: the candidate's own field, named alike
@@ -658,13 +666,13 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             elif (
                 node.attr == "load"
                 and aliases.get(root or "") not in LOAD_ALLOWED_ROOTS
-                and not _owned(node, own, module_names)
+                and not _owned(node, own, own_roots)
                 and not (node in jitted_nodes and _root_name(node) not in module_names)
             ):
                 reasons.append(
                     reason("forbidden-call", f"line {node.lineno}: {_dotted(node)} (file I/O)")
                 )
-            elif _private(node.attr) and not _owned(node, own, module_names):
+            elif _private(node.attr) and not _owned(node, own, own_roots):
                 reasons.append(
                     reason(
                         "forbidden-call",
@@ -673,7 +681,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     )
                 )
             elif _normalised(node.attr) in ops and not (
-                node.attr in bound and root in {"self", "cls", *classes}
+                node.attr in bound and own_roots.holds(node.value)
             ):
                 reasons.append(
                     reason(
@@ -732,7 +740,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     reasons.append(
                         reason("forbidden-call", f"line {sub.lineno}: assigns {_dotted(sub)}")
                     )
-                elif _root_name(sub) not in own_roots and sub.attr not in KERNEL_SETTINGS:
+                elif not own_roots.holds(_root_node(sub)) and sub.attr not in KERNEL_SETTINGS:
                     reasons.append(
                         reason(
                             "foreign-attribute-assignment",
@@ -848,29 +856,85 @@ def _module_state(tree: ast.Module) -> set[str]:
 
 
 def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
-    """A plain method read through its class (`Box.go`) can be called with anything as `self`,
-    a module included: the candidate's own attribute names would then reach the module's."""
+    """A method that can be called with anything as `self` (a module included) would let the
+    candidate's own attribute names reach that thing's. So the candidate's classes are only
+    instantiated, subclassed, named in isinstance checks and annotations, or have attributes
+    other than plain methods read through them; `type(x)` gives no attribute but its name; and
+    `getattr` with a literal is held to the same."""
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     plain: dict[str, set[str]] = {}
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-        plain[cls.name] = {
+    for name, cls in classes.items():
+        plain[name] = {
             f.name
             for f in cls.body
             if isinstance(f, ast.FunctionDef)
-            and not any(
-                _dotted(d) in {"staticmethod", "classmethod", "property"} for d in f.decorator_list
-            )
+            and not any(_dotted(d) in {"staticmethod", "classmethod"} for d in f.decorator_list)
         }
-    return [
-        reason(
-            "forbidden-call",
-            f"line {n.lineno}: {n.value.id}.{n.attr} (a method read through its class)",
-        )
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute)
-        and isinstance(n.value, ast.Name)
-        and n.attr in plain.get(n.value.id, set())
-        and not n.attr.startswith("__")
-    ]
+    changed = True
+    while changed:  # methods inherited from the candidate's own base classes
+        changed = False
+        for name, cls in classes.items():
+            for base in cls.bases:
+                extra = plain.get(_dotted(base), set()) - plain[name]
+                if extra:
+                    plain[name] |= extra
+                    changed = True
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in classes and isinstance(node.ctx, ast.Load):
+            why = _class_use(node, parents.get(node), plain[node.id], parents)
+            if why:
+                out.append(reason("forbidden-call", f"line {node.lineno}: {node.id} {why}"))
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Call)
+            and _dotted(node.value.func) == "type"
+            and node.attr not in READABLE_DUNDERS
+        ):
+            out.append(
+                reason(
+                    "forbidden-call",
+                    f"line {node.lineno}: type(...).{node.attr} (a class's method)",
+                )
+            )
+    return out
+
+
+def _class_use(node: ast.Name, parent: ast.AST | None, methods: set[str], parents: dict) -> str:
+    """Why this use of one of the candidate's classes is not allowed ("" when it is)."""
+    if isinstance(parent, ast.Call) and parent.func is node:
+        return ""  # instantiation
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return f"{parent.attr} (a method read through its class)" if parent.attr in methods else ""
+    if isinstance(parent, ast.ClassDef) and node in parent.bases:
+        return ""
+    if isinstance(parent, ast.arg | ast.AnnAssign | ast.FunctionDef):
+        return ""  # an annotation
+    holder = parents.get(parent) if isinstance(parent, ast.Tuple) else parent
+    if (
+        isinstance(holder, ast.Call)
+        and _dotted(holder.func) in {"isinstance", "issubclass"}
+        and len(holder.args) == 2
+        and (holder.args[1] is node or holder.args[1] is parent)
+    ):
+        return ""
+    if isinstance(parent, ast.Subscript | ast.BinOp) and _in_annotation(parent, parents):
+        return ""  # Optional[Box], Box | None
+    return "used as a value (its methods could then be called with anything as self)"
+
+
+def _in_annotation(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.arg) and parent.annotation is node:
+            return True
+        if isinstance(parent, ast.AnnAssign) and parent.annotation is node:
+            return True
+        if isinstance(parent, ast.FunctionDef) and parent.returns is node:
+            return True
+        node = parent
+    return False
 
 
 # Builtins the checks take at their word (getattr with a literal, hasattr as a feature check,
@@ -980,23 +1044,76 @@ def _inside_jitted(tree: ast.Module, aliases: dict[str, str]) -> set[ast.AST]:
     return inside
 
 
-def _own_roots(tree: ast.Module) -> set[str]:
-    """Names whose attributes the candidate may assign: `self` and `cls`, its own functions and
-    classes, and names bound to instances of its own classes (`cfg = _Config()`). Anything else
-    may be a module or a library object reached some way the guard cannot follow (a list
-    subscript, a walrus, a loop variable), whose attributes the harness and the peers use."""
+@dataclass(frozen=True)
+class _OwnRoots:
+    """Roots whose attributes are the candidate's own: its classes and functions, names bound
+    only ever to instances of its classes, and the `self`/`cls` parameter of its methods (the
+    very name nodes: a `self` parameter of a plain function, or a rebound one, is not)."""
+
+    names: frozenset[str]
+    selves: frozenset[int]  # id() of the Name nodes that are a method's own first parameter
+    classes: frozenset[str]
+
+    def holds(self, node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Call):  # a fresh instance, `Cache().load(k)`, or `super()`
+            return isinstance(node.func, ast.Name) and (
+                node.func.id in self.classes or node.func.id == "super"
+            )
+        if not isinstance(node, ast.Name):
+            return False
+        return id(node) in self.selves or node.id in self.names
+
+
+def _own_roots(tree: ast.Module) -> _OwnRoots:
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    roots = {"self", "cls"} | classes
-    roots |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    names = classes | {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    stores: dict[str, list[ast.AST]] = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    stores.setdefault(t.id, []).append(node.value)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stores.setdefault(node.id, []).append(None)  # counted below as "not a call"
+        elif isinstance(node, ast.arg):
+            stores.setdefault(node.arg, []).append(None)
+    for name, values in stores.items():
+        calls = [v for v in values if v is not None]
+        plain_stores = [v for v in values if v is None]
+        # every binding is `name = OwnClass(...)` (an Assign's target also appears as a Store)
         if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-            and node.value.func.id in classes
+            calls
+            and len(plain_stores) == len(calls)
+            and all(
+                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in classes
+                for v in calls
+            )
         ):
-            roots |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    return roots
+            names.add(name)
+    selves: set[int] = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for method in cls.body:
+            if not isinstance(method, ast.FunctionDef) or not method.args.args:
+                continue
+            if any(_dotted(d) == "staticmethod" for d in method.decorator_list):
+                continue
+            first = method.args.args[0].arg
+            inner = [n for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == first]
+            rebinding = any(not isinstance(n.ctx, ast.Load) for n in inner)
+            shadowed = any(
+                isinstance(n, ast.FunctionDef | ast.Lambda) and n is not method
+                for n in ast.walk(method)
+            )
+            if not rebinding and not shadowed:
+                selves.update(id(n) for n in inner)
+    return _OwnRoots(frozenset(names), frozenset(selves), frozenset(classes))
+
+
+def _root_node(node: ast.AST) -> ast.AST:
+    """The expression at the bottom of an attribute and subscript chain (not through calls)."""
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node
 
 
 def _hook_methods_bound_in_class_bodies(tree: ast.Module) -> list[Reason]:
@@ -1024,11 +1141,10 @@ def _targets(node: ast.AST) -> list[ast.AST]:
     return []
 
 
-def _owned(node: ast.Attribute, own: set[str], module_names: set[str]) -> bool:
-    """`node` names an attribute the candidate defines, read from a root that is not a module
-    (`self._cache`, `Box._table`; not `dataclasses._create_fn` when it defines a `_create_fn`)."""
-    root = _root_name(node)
-    return node.attr in own and root is not None and root not in module_names
+def _owned(node: ast.Attribute, own: set[str], roots: _OwnRoots) -> bool:
+    """`node` names an attribute the candidate defines, read straight from one of its own
+    objects (`self._cache`, `Box._table`; not `w._module` of a library object `w`)."""
+    return node.attr in own and roots.holds(node.value)
 
 
 def _imported_modules(tree: ast.Module) -> set[str]:

@@ -98,6 +98,20 @@ STATIC = {
     "15-shadowed-hasattr-hands-out-a-module": ("shadowed_hasattr_exec.py", "forbidden-call"),
     "15-own-jit-decorator-hides-a-load": ("own_jit_decorator_load.py", "forbidden-call"),
     "18-generator-except-exit-finalizer": ("gc_generator_except_exit.py", "forbidden-call"),
+    # the eighth red team: methods called with a foreign self, reaching modules behind objects
+    "15-builtins-behind-a-builtins-self": ("builtins_via_self_of_builtin.py", "forbidden-call"),
+    "15-sys-behind-a-library-objects-field": (
+        "sys_via_private_field_of_library_object.py",
+        "forbidden-call",
+    ),
+    "5-reference-rebound-through-a-foreign-self": (
+        "wrong_result_via_reference_rsqrt.py",
+        "forbidden-call",
+    ),
+    "5-torch-c-patched-through-init": ("patches_torch_c_via_self.py", "forbidden-call"),
+    "15-method-through-a-class-alias": ("method_via_class_alias.py", "forbidden-call"),
+    "15-method-detached-through-func": ("method_detached_via_func.py", "forbidden-call"),
+    "5-own-instance-name-rebound": ("rebinds_own_instance_name.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
@@ -109,9 +123,9 @@ VERIFIED = {
     "2-zero-inputs": ("zeroes_inputs.py", {"inputs-modified"}),
     "2-nudge-one-bit": ("nudges_inputs.py", {"inputs-modified"}),
     "4-expanded-view": ("expanded_view.py", {"wrong-output-layout"}),
-    "4-tensor-subclass": ("lazy_subclass.py", {"wrong-output-type"}),
-    "4-lazy-container": ("lazy_container_iter.py", {"wrong-output-type"}),
-    "4-lazy-container-generator": ("lazy_container.py", {"wrong-output-type"}),
+    "4-tensor-subclass": ("lazy_subclass.py", {"wrong-output-type", "forbidden-call"}),
+    "4-lazy-container": ("lazy_container_iter.py", {"wrong-output-type", "forbidden-call"}),
+    "4-lazy-container-generator": ("lazy_container.py", {"wrong-output-type", "forbidden-call"}),
     "8-predict-inputs": ("predicts_inputs.py", {"constant-output", "forbidden-import"}),
     "9-traceback-frames": ("walks_traceback.py", {"forbidden-call"}),
     "10-float16-math": ("half_precision.py", {"mismatch"}),
