@@ -13,6 +13,7 @@ in torch's namespaces that its checks call, must still be bound to the same obje
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import random
@@ -97,7 +98,33 @@ HARNESS_KEY = "the harness's code"
 TORCH_CHECKED = ("isfinite", "empty", "equal", "where", "rand", "randint", "full", "float64")
 
 
-def _namespaces(torch) -> list[tuple[str, Any, dict]]:
+TASK_NAMES_KEY = "the task's torch functions"
+# names torch rebinds itself (importing torch._dynamo wraps manual_seed)
+TORCH_SELF_REBOUND = {"torch.manual_seed"}
+
+
+def _resolve(torch, dotted: str) -> Any:
+    obj = torch
+    for part in dotted.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _task_spaces(torch, names: tuple[str, ...]) -> list[tuple[str, Any, dict]]:
+    """The torch functions the task's reference and peers call (`torch.rsqrt`): rebinding one
+    makes the reference agree with a wrong kernel, or slows the peers."""
+    out = []
+    for dotted in names:
+        owner_path, _, name = dotted.rpartition(".")
+        try:
+            owner = _resolve(torch, owner_path)
+            out.append((owner_path, owner, {name: getattr(owner, name)}))
+        except AttributeError:
+            continue
+    return out
+
+
+def _namespaces(torch, task_names: tuple[str, ...] = ()) -> list[tuple[str, Any, dict]]:
     """(label, owner, namespace): a module (its dict is written back), a class (set and deleted
     as attributes: a new name on it shadows what it inherits), or torch (only the names the
     output checks call: torch itself rebinds others, such as torch.Storage)."""
@@ -116,18 +143,43 @@ def _namespaces(torch) -> list[tuple[str, Any, dict]]:
         ("random.Random", random.Random, random.Random.__dict__),
         ("random.SystemRandom", random.SystemRandom, random.SystemRandom.__dict__),
     ]
-    return out
+    return out + _task_spaces(torch, task_names)
 
 
-def snapshot(torch) -> dict[str, Any]:
-    """The state now."""
+def snapshot(torch, task_names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The state now; `task_names` are the task's torch functions (see `task_torch_names`)."""
     state: dict[str, Any] = {name: read() for name, (read, _) in _items(torch).items()}
+    names = tuple(n for n in task_names if n not in TORCH_SELF_REBOUND)
+    state[TASK_NAMES_KEY] = names
     state[HARNESS_KEY] = {
         (label, key): value
-        for label, _, space in _namespaces(torch)
+        for label, _, space in _namespaces(torch, names)
         for key, value in space.items()
     }
     return state
+
+
+def task_torch_names(source: str) -> tuple[str, ...]:
+    """The `torch.x.y` functions a task module's source calls (through `import torch` or
+    `import torch.nn.functional as F`), as dotted names."""
+    tree = ast.parse(source)
+    roots = {"torch": "torch"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "torch" and a.asname:
+                    roots[a.asname] = a.name
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts = []
+            cur: ast.AST = node
+            while isinstance(cur, ast.Attribute):
+                parts.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id in roots:
+                found.add(".".join([roots[cur.id], *reversed(parts)]))
+    return tuple(sorted(found))
 
 
 def _rebound(torch, before: dict) -> str | None:
@@ -135,7 +187,7 @@ def _rebound(torch, before: dict) -> str | None:
     in `before`, after binding every such name back. Names added since are left alone on a
     module (modules load lazily) and removed from a class."""
     first = None
-    for label, owner, space in _namespaces(torch):
+    for label, owner, space in _namespaces(torch, before.get(TASK_NAMES_KEY, ())):
         is_class = isinstance(owner, type)
         for key in list(space):
             if (label, key) not in before:
@@ -158,7 +210,7 @@ def changed(torch, before: dict[str, Any]) -> str | None:
     can be set back; None when nothing does."""
     found = []
     if HARNESS_KEY in before:
-        name = _rebound(torch, before[HARNESS_KEY])
+        name = _rebound(torch, {**before[HARNESS_KEY], TASK_NAMES_KEY: before[TASK_NAMES_KEY]})
         if name is not None:
             found.append(f"rebound {name}")
     for name, (read, put_back) in _items(torch).items():

@@ -318,7 +318,7 @@ def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -
     _prepare_device(ctx)
     if ctx.device == "cpu":  # correctness needs no threads, and a busy host makes them wait
         ctx.torch.set_num_threads(1)
-    ctx.state = global_state.snapshot(ctx.torch)
+    ctx.state = global_state.snapshot(ctx.torch, _task_names(ctx))
     runners = _load_runners(ctx, runners, chan)
     share = all(r.kind == "peer" for r in runners)  # never share a reference with a candidate
     for shape in ctx.shapes:
@@ -545,7 +545,7 @@ def _time_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -> 
 
     _prepare_device(ctx)
     gc.disable()  # collections happen after blocks, under their marks (see _marked)
-    ctx.state = global_state.snapshot(ctx.torch)
+    ctx.state = global_state.snapshot(ctx.torch, _task_names(ctx))
     timer, ceilings, reads = None, None, None  # measured before any candidate loads
     if ctx.device == "cuda":
         timer = ctx.timing.GpuTimer(ctx.device)
@@ -752,6 +752,12 @@ def _time_shape(
         checked.append((runner, replay))
     if checked:
         _reverify(ctx, shape, inputs, checked, chan)
+
+
+def _task_names(ctx: Context) -> tuple[str, ...]:
+    """The torch functions the task's module calls (its reference and peers)."""
+    path = Path(ctx.task.folder) / "task.py"
+    return global_state.task_torch_names(path.read_text()) if path.exists() else ()
 
 
 def _state_left(ctx: Context) -> str | None:

@@ -97,3 +97,16 @@ def test_warning_filters_are_set_back() -> None:
     warnings.simplefilter("error")  # a rival's warning would become an exception in its code
     assert global_state.changed(torch, before) == "changed the warning filters"
     assert global_state.changed(torch, before) is None
+
+
+def test_the_tasks_torch_functions_are_watched() -> None:
+    from loop.tasks import load_task
+
+    source = (load_task("rmsnorm").folder / "task.py").read_text()
+    names = global_state.task_torch_names(source)
+    assert "torch.rsqrt" in names
+    before = global_state.snapshot(torch, names)
+    rsqrt = torch.rsqrt
+    torch.rsqrt = torch.ones_like  # the reference would agree with a kernel that skips it
+    assert global_state.changed(torch, before) == "rebound torch.rsqrt"
+    assert torch.rsqrt is rsqrt
