@@ -14,6 +14,7 @@ in torch's namespaces that its checks call, must still be bound to the same obje
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import random
@@ -177,7 +178,9 @@ def task_torch_names(source: str) -> tuple[str, ...]:
             while isinstance(cur, ast.Attribute):
                 parts.append(cur.attr)
                 cur = cur.value
-            if isinstance(cur, ast.Name) and cur.id in roots:
+            if isinstance(cur, ast.Name) and cur.id in roots and not any(
+                p.startswith("_") for p in parts
+            ):
                 found.add(".".join([roots[cur.id], *reversed(parts)]))
     return tuple(sorted(found))
 
@@ -199,7 +202,8 @@ def _rebound(torch, before: dict) -> str | None:
             if space[key] is not was:
                 first = first or f"{label}.{key}"
                 if owner is not None:
-                    setattr(owner, key, was)
+                    with contextlib.suppress(AttributeError, TypeError):  # read-only: reported
+                        setattr(owner, key, was)
                 else:
                     space[key] = was
     return first

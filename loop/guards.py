@@ -118,6 +118,7 @@ FORBIDDEN_ATTRIBUTES = {
     # a builtin's __self__ is its module; a method's __func__ takes any self; descriptors and
     # class hooks run code at class creation or attribute access
     "__self__": "reaching the module or object behind a callable",
+    "get_device_module": "a call that returns a module",
     "__func__": "detaching a method (any object as self)",
     "__wrapped__": "reaching a wrapped function",
     "__objclass__": "reaching a descriptor's class",
@@ -423,7 +424,14 @@ TORCH_HOOKS = {
 KERNEL_SETTINGS = {"max_dynamic_shared_size_bytes", "preferred_shared_memory_carveout"}
 
 # Methods a candidate may not define: they run inside the harness, at times it does not choose.
-HOOK_METHODS = ("__torch_function__", "__torch_dispatch__", "__del__")
+HOOK_METHODS = (
+    "__torch_function__",
+    "__torch_dispatch__",
+    "__del__",
+    "__init_subclass__",
+    "__set_name__",
+    "__class_getitem__",
+)
 
 # `.load` (numpy.load, torch.load, torch.jit.load, torch.utils.cpp_extension.load) reads files
 # and unpickles: banned on anything but Triton (`tl.load`) and the candidate's own objects.
@@ -705,7 +713,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             reasons.append(
                 reason(
                     "forbidden-call",
-                    f"line {node.lineno}: defines {node.name} ({TORCH_HOOKS[node.name]})",
+                    f"line {node.lineno}: defines {node.name} ({banned_attribute(node.name)})",
                 )
             )
         elif (
@@ -863,13 +871,25 @@ def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
     `getattr` with a literal is held to the same."""
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     plain: dict[str, set[str]] = {}
+    out = []
     for name, cls in classes.items():
+        defs = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
         plain[name] = {
             f.name
             for f in cls.body
             if isinstance(f, ast.FunctionDef)
             and not any(_dotted(d) in {"staticmethod", "classmethod"} for d in f.decorator_list)
         }
+        # `peek = go`, `table = (go,)` in the class body: a method under another name or in a
+        # container is a method read through the class
+        for stmt in cls.body:
+            if isinstance(stmt, ast.FunctionDef | ast.ClassDef):
+                continue
+            for n in ast.walk(stmt):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in defs:
+                    out.append(
+                        reason("forbidden-call", f"line {n.lineno}: {n.id} (a method as a value)")
+                    )
     changed = True
     while changed:  # methods inherited from the candidate's own base classes
         changed = False
@@ -880,8 +900,16 @@ def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
                     plain[name] |= extra
                     changed = True
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    out = []
     for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and _dotted(node.func) == "type"
+            and len(node.args) == 1
+            and not _type_read(node, parents.get(node))
+        ):
+            out.append(
+                reason("forbidden-call", f"line {node.lineno}: type(...) kept (a class as a value)")
+            )
         if isinstance(node, ast.Name) and node.id in classes and isinstance(node.ctx, ast.Load):
             why = _class_use(node, parents.get(node), plain[node.id], parents)
             if why:
@@ -899,6 +927,13 @@ def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
                 )
             )
     return out
+
+
+def _type_read(node: ast.Call, parent: ast.AST | None) -> bool:
+    """`type(x).__name__` or `type(a) is type(b)`: the class looked at, not kept."""
+    if isinstance(parent, ast.Attribute):
+        return parent.attr in READABLE_DUNDERS
+    return isinstance(parent, ast.Compare)
 
 
 def _class_use(node: ast.Name, parent: ast.AST | None, methods: set[str], parents: dict) -> str:
@@ -1095,7 +1130,7 @@ def _own_roots(tree: ast.Module) -> _OwnRoots:
         for method in cls.body:
             if not isinstance(method, ast.FunctionDef) or not method.args.args:
                 continue
-            if any(_dotted(d) == "staticmethod" for d in method.decorator_list):
+            if method.decorator_list:  # a decorator may call it with anything as self
                 continue
             first = method.args.args[0].arg
             inner = [n for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == first]
@@ -1127,7 +1162,7 @@ def _hook_methods_bound_in_class_bodies(tree: ast.Module) -> list[Reason]:
                         out.append(
                             reason(
                                 "forbidden-call",
-                                f"line {name.lineno}: binds {name.id} ({TORCH_HOOKS[name.id]})",
+                                f"line {name.lineno}: binds {name.id} ({banned_attribute(name.id)})",
                             )
                         )
     return out
@@ -1206,6 +1241,24 @@ def _module_chains_as_values(tree: ast.Module) -> list[Reason]:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     out = []
     for node in ast.walk(tree):
+        # getattr(torch, "cuda") is torch.cuda (a feature check's default aside)
+        if (
+            isinstance(node, ast.Call)
+            and _dotted(node.func) == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            base = _dotted(node.args[0])
+            root, *rest = base.split(".") if base else [""]
+            if root in paths and _is_module(".".join([paths[root], *rest, node.args[1].value])):
+                out.append(
+                    reason(
+                        "forbidden-call",
+                        f"line {node.lineno}: getattr(..., {node.args[1].value!r}) is a module",
+                    )
+                )
+            continue
         if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
             continue
         parent = parents.get(node)

@@ -112,6 +112,13 @@ STATIC = {
     "15-method-through-a-class-alias": ("method_via_class_alias.py", "forbidden-call"),
     "15-method-detached-through-func": ("method_detached_via_func.py", "forbidden-call"),
     "5-own-instance-name-rebound": ("rebinds_own_instance_name.py", "forbidden-call"),
+    # the ninth red team: more ways to a module as a value and to a foreign self
+    "15-method-alias-in-the-class-body": ("class_body_alias_device_module.py", "forbidden-call"),
+    "15-cls-calls-a-method-with-a-module": ("classmethod_cls_module_self.py", "forbidden-call"),
+    "15-init-subclass-hook": ("init_subclass_owner.py", "forbidden-call"),
+    "15-staticmethod-alias": ("staticmethod_alias_instance_call.py", "forbidden-call"),
+    "15-method-in-a-class-table": ("staticmethod_table.py", "forbidden-call"),
+    "15-type-kept-then-read": ("type_assigned_then_read.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
