@@ -178,8 +178,10 @@ def task_torch_names(source: str) -> tuple[str, ...]:
             while isinstance(cur, ast.Attribute):
                 parts.append(cur.attr)
                 cur = cur.value
-            if isinstance(cur, ast.Name) and cur.id in roots and not any(
-                p.startswith("_") for p in parts
+            if (
+                isinstance(cur, ast.Name)
+                and cur.id in roots
+                and not any(p.startswith("_") for p in parts)
             ):
                 found.add(".".join([roots[cur.id], *reversed(parts)]))
     return tuple(sorted(found))
