@@ -21,7 +21,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -237,19 +237,7 @@ def _rule(quick: bool, samples: int, power_bound: bool = False) -> StoppingRule:
     blocks last at least 50 ms, so each averages over the controller's swings and the interval
     spans the slower drift that a second process sees too. (With the plain rule, two processes
     differed by 2.2 % on the H200's fp8 GEMM, each outside the other's interval.)"""
-    if power_bound:
-        return StoppingRule(
-            samples_per_block=samples,
-            min_blocks=5 if quick else 10,
-            max_blocks=15 if quick else 60,
-            max_time_s=0.8 if quick else 3.0,
-            rel_halfwidth=0.005,
-            warmup=2,
-            stop_on="each",
-            warmup_s=0.2 if quick else 1.0,
-            min_block_s=0.01 if quick else 0.05,
-        )
-    return StoppingRule(
+    rule = StoppingRule(
         samples_per_block=samples,
         min_blocks=5,
         max_blocks=15 if quick else 30,
@@ -258,6 +246,16 @@ def _rule(quick: bool, samples: int, power_bound: bool = False) -> StoppingRule:
         warmup=2,
         stop_on="each",
         warmup_s=0.05 if quick else 0.2,
+    )
+    if not power_bound:
+        return rule
+    return replace(
+        rule,
+        min_blocks=5 if quick else 10,
+        max_blocks=15 if quick else 60,
+        max_time_s=0.8 if quick else 3.0,
+        warmup_s=0.2 if quick else 1.0,
+        min_block_s=0.01 if quick else 0.05,
     )
 
 

@@ -187,12 +187,12 @@ def task_torch_names(source: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def _rebound(torch, before: dict) -> str | None:
+def _rebound(torch, before: dict, task_names: tuple[str, ...]) -> str | None:
     """The first name of the harness (or of a watched namespace) bound to another object than
     in `before`, after binding every such name back. Names added since are left alone on a
     module (modules load lazily) and removed from a class."""
     first = None
-    for label, owner, space in _namespaces(torch, before.get(TASK_NAMES_KEY, ())):
+    for label, owner, space in _namespaces(torch, task_names):
         is_class = isinstance(owner, type)
         for key in list(space):
             if (label, key) not in before:
@@ -216,7 +216,7 @@ def changed(torch, before: dict[str, Any]) -> str | None:
     can be set back; None when nothing does."""
     found = []
     if HARNESS_KEY in before:
-        name = _rebound(torch, {**before[HARNESS_KEY], TASK_NAMES_KEY: before[TASK_NAMES_KEY]})
+        name = _rebound(torch, before[HARNESS_KEY], before[TASK_NAMES_KEY])
         if name is not None:
             found.append(f"rebound {name}")
     for name, (read, put_back) in _items(torch).items():

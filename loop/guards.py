@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import importlib.util
 import io
 import re
 import tokenize
@@ -569,7 +568,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     # under another name (which the file may not rebind).
     tree = without_self_tests(tree)
     ops = {_normalised(op) for op in forbidden_ops}
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    parents = _parents(tree)
     jitted_nodes: set[ast.AST] = set()  # filled once the imports are known
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
@@ -899,7 +898,7 @@ def _methods_through_their_class(tree: ast.Module) -> list[Reason]:
                 if extra:
                     plain[name] |= extra
                     changed = True
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    parents = _parents(tree)
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
@@ -975,6 +974,11 @@ def _in_annotation(node: ast.AST, parents: dict) -> bool:
 # Builtins the checks take at their word (getattr with a literal, hasattr as a feature check,
 # type(...) with one argument): the file may not bind these names to something of its own.
 TRUSTED_BUILTINS = {"getattr", "hasattr", "type", "isinstance", "super", "__name__"}
+
+
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    """Each node's parent (the syntax tree keeps only children)."""
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
 
 def _rebound_builtins(tree: ast.Module) -> list[Reason]:
@@ -1184,20 +1188,14 @@ def _owned(node: ast.Attribute, own: set[str], roots: _OwnRoots) -> bool:
 
 def _imported_modules(tree: ast.Module) -> set[str]:
     """Names the candidate's imports bind to modules: every `import x` (as y), and each
-    `from p import m` where p.m is a module (asked of the import system, not loaded)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                try:
-                    spec = importlib.util.find_spec(f"{node.module}.{a.name}")
-                except (ImportError, ValueError, AttributeError):
-                    spec = None
-                if spec is not None:
-                    names.add(a.asname or a.name)
-    return names
+    `from p import m` where p.m is a module."""
+    plain = {
+        (a.asname or a.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for a in node.names
+    }
+    return {name for name, path in _import_paths(tree).items() if name in plain or _is_module(path)}
 
 
 def _import_paths(tree: ast.Module) -> dict[str, str]:
@@ -1238,7 +1236,7 @@ def _module_chains_as_values(tree: ast.Module) -> list[Reason]:
     value, not as the root of a longer chain: it could be passed as `self` to a method whose
     own field names then reach the module's (`self.os`, `self.rms_norm`)."""
     paths = _import_paths(tree)
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    parents = _parents(tree)
     out = []
     for node in ast.walk(tree):
         # getattr(torch, "cuda") is torch.cuda (a feature check's default aside)
@@ -1284,7 +1282,7 @@ def _modules_as_values(tree: ast.Module) -> list[Reason]:
     names under cover of the candidate's own names (`A.go(dataclasses)` with `go` returning
     `self._create_fn(...)`)."""
     modules = _imported_modules(tree)
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    parents = _parents(tree)
     out = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Name) and node.id in modules):
