@@ -378,9 +378,13 @@ def _load_candidate(path: Path, label: str):
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     # The tree the static checks passed, compiled here: not the file's own text, whose
-    # self-test block the checks skipped.
+    # self-test block the checks skipped. Compiled without this file's `from __future__` flags
+    # (which would turn the candidate's annotations into strings) and registered in sys.modules
+    # while it runs, as an import would be (dataclasses looks its module up there).
     tree = guards.without_self_tests(ast.parse(Path(path).read_text(), filename=str(path)))
-    exec(compile(tree, str(path), "exec"), module.__dict__)
+    code = compile(tree, str(path), "exec", dont_inherit=True)
+    sys.modules[name] = module
+    exec(code, module.__dict__)
     return module.kernel
 
 

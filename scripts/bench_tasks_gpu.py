@@ -31,6 +31,10 @@ class Plan:
     candidate: str
     shapes: list[str]  # the first is the sweep shape
     configs: list[dict] = field(default_factory=list)
+    tag: str = ""  # tells apart two plans of one candidate in the output file names
+
+    def stem(self, step: str) -> str:
+        return "-".join(x for x in (step, self.task, Path(self.candidate).stem, self.tag) if x)
 
 
 def _grid(axes: dict, *extra: dict) -> list[dict]:
@@ -75,6 +79,7 @@ PLANS = [
         "cupy_softmax.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
         _grid({"cluster": [2, 4, 8], "threads": [256, 512, 1024], "unroll": [2, 4]}),
+        tag="cluster",
     ),
     Plan(
         "cross_entropy",
@@ -153,7 +158,7 @@ def sweep(plan: Plan, out_dir: Path) -> dict:
         "best": best,
         "seconds": time.monotonic() - started,
     }
-    stem = f"sweep-{plan.task}-{Path(plan.candidate).stem}"
+    stem = plan.stem("sweep")
     (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=2))
     if best:
         print(
@@ -182,7 +187,7 @@ def bench(plan: Plan, params: dict, peers: list[str], out_dir: Path) -> None:
         cmd += ["--peer", peer]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    stem = f"bench-{plan.task}-{Path(plan.candidate).stem}"
+    stem = plan.stem("bench")
     (out_dir / f"{stem}.json").write_text(proc.stdout)
     if proc.stderr.strip():
         (out_dir / f"{stem}.stderr.txt").write_text(proc.stderr)
