@@ -24,8 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _set_warning_filters(filters: tuple) -> None:
-    warnings.filters[:] = list(filters)
+def _error_filters() -> tuple:
+    return tuple(f for f in warnings.filters if f[0] == "error")
+
+
+def _drop_error_filters_but(kept: tuple) -> None:
+    warnings.filters[:] = [f for f in warnings.filters if f[0] != "error" or f in kept]
     warnings._filters_mutated()  # the module's own cache of filter decisions
 
 
@@ -57,8 +61,9 @@ def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | 
         # a profiler left recording slows every later torch call (cannot be stopped from here)
         "the autograd profiler": (c._autograd._profiler_enabled, None),
         # warnings.simplefilter("error") would turn a rival's or the harness's warnings into
-        # exceptions raised inside their code
-        "the warning filters": (lambda: tuple(warnings.filters), _set_warning_filters),
+        # exceptions raised inside their code. Other filters are left alone: libraries add
+        # "ignore" filters when they load lazily, and those change no one's results.
+        "the warning filters": (_error_filters, _drop_error_filters_but),
         "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
         "inference mode": (torch.is_inference_mode_enabled, None),
         "CPU autocast": (

@@ -662,6 +662,13 @@ def _time_shape(
                     for _ in range(max(wanted, 1) - 1)
                 ]
                 timed = timer.rotating([graph for graph, _ in slots])
+                # A capture runs the runner's Python (a compiled peer compiles here): what it
+                # changed is its own, not that of whichever runner's block is checked first.
+                left = _state_left(ctx)
+                if left and runner.kind == "candidate":
+                    raise _TimedOutputWrong(
+                        ctx.reason("forbidden-call", f"{shape.name}: its capture {left}")
+                    )
 
                 def block(n, timed=timed, r=runner):
                     rotate()

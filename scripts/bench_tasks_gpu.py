@@ -215,11 +215,16 @@ def main() -> int:
     parser.add_argument("--no-bench", action="store_true", help="Stop after the sweep.")
     parser.add_argument("--tasks", default="", help="Comma-separated task names [all].")
     parser.add_argument("--peer", action="append", default=[], help="Peers for bench [all].")
+    parser.add_argument(
+        "--candidates", default="", help="Comma-separated candidate files (cupy_softmax.py) [all]."
+    )
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     wanted = {t for t in args.tasks.split(",") if t}
     for plan in PLANS:
         if wanted and plan.task not in wanted:
+            continue
+        if args.candidates and plan.candidate not in args.candidates.split(","):
             continue
         params = sweep(plan, args.out_dir) if args.sweep else {}
         if not args.no_bench:
