@@ -32,8 +32,10 @@ from baselines.stats import paired_ratio_halfwidth, summarize
 _SHUFFLE = random.SystemRandom()
 # Captures of one kernel, one replayed per block in turn: each capture's outputs land somewhere
 # else in memory, and on the H200 two captures of one kernel differed by up to 0.3 % (2 % at
-# microsecond shapes) for as long as they lived; rotating captures averages that out.
-CAPTURE_SLOTS = 4
+# microsecond shapes) for as long as they lived; rotating captures averages that out. Eight, not
+# four: a 1 % slowdown was detected in 100 of 100 decisions with eight and 93 of 100 with four in
+# one session on the H200 (docs/benchmarks/2026-11-29-h200-session5.md).
+CAPTURE_SLOTS = 8
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event

@@ -216,7 +216,7 @@ def main() -> None:
             print("more rows,", mode, result["compare_flush"][mode], flush=True)
         del other
     bias = {}
-    for shape in task.shapes("cuda"):
+    for shape in task.shapes("cuda") if args.bias_decisions > 0 else []:
         xs, ws = task.make_inputs(shape, shape.seed, "cuda")
         bias[shape.name] = _decisions(
             timer,

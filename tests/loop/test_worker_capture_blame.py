@@ -81,6 +81,6 @@ def test_a_peers_capture_is_not_charged_to_the_candidate(tmp_path) -> None:
         peers=["state-changing"],
         rule=rule,
     )
-    (verdict,) = ev.verdicts
+    (verdict,) = [v for v in ev.verdicts if v.kind == "candidate"]
     assert verdict.accepted, verdict.reasons
     assert set(verdict.shapes) == {"n256", "n512", "n1024", "n2048"}
