@@ -5,7 +5,7 @@ and keeps the fastest, then `autotune bench` of that configuration against the p
 task's large shapes. Writes one JSON file per step into OUT_DIR and prints a summary line each.
 
     uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]
-        [--peer NAME ...]
+        [--peer NAME ...] [--best-from EARLIER_SWEEP_DIR ...]
 
 --sweep alone (with --no-bench) takes about 3-5 minutes of GPU time for all five tasks.
 """
@@ -172,6 +172,19 @@ def sweep(plan: Plan, out_dir: Path) -> dict:
     return best["params"] if best else {}
 
 
+def earlier_best(plan: Plan, folders: list[Path]) -> dict:
+    """The best accepted configuration an earlier sweep of `plan` wrote into one of `folders`
+    (the last folder that has one), else {} (the candidate's defaults)."""
+    params: dict = {}
+    for folder in folders:
+        path = folder / f"{plan.stem('sweep')}.json"
+        if path.exists():
+            best = json.loads(path.read_text()).get("best")
+            if best:
+                params = best["params"]
+    return params
+
+
 def _autotune() -> list[str]:
     exe = shutil.which("autotune")
     return [exe] if exe else [sys.executable, "-c", "from appliance.cli import main; main()"]
@@ -218,6 +231,14 @@ def main() -> int:
     parser.add_argument(
         "--candidates", default="", help="Comma-separated candidate files (cupy_softmax.py) [all]."
     )
+    parser.add_argument(
+        "--best-from",
+        action="append",
+        default=[],
+        type=Path,
+        help="Folder of an earlier sweep's JSON files: bench their best configurations "
+        "without sweeping again (later folders win).",
+    )
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     wanted = {t for t in args.tasks.split(",") if t}
@@ -226,7 +247,7 @@ def main() -> int:
             continue
         if args.candidates and plan.candidate not in args.candidates.split(","):
             continue
-        params = sweep(plan, args.out_dir) if args.sweep else {}
+        params = sweep(plan, args.out_dir) if args.sweep else earlier_best(plan, args.best_from)
         if not args.no_bench:
             bench(plan, params, args.peer, args.out_dir)
     return 0
