@@ -23,14 +23,36 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-
-def _error_filters() -> tuple:
-    return tuple(f for f in warnings.filters if f[0] == "error")
+WARNING_FILTERS = "the warning filters"
 
 
-def _drop_error_filters_but(kept: tuple) -> None:
-    warnings.filters[:] = [f for f in warnings.filters if f[0] != "error" or f in kept]
+def _warning_filters() -> tuple:
+    return (warnings.defaultaction, tuple(warnings.filters))
+
+
+def _set_warning_filters(state: tuple) -> None:
+    warnings.defaultaction = state[0]
+    warnings.filters[:] = list(state[1])
     warnings._filters_mutated()  # the module's own cache of filter decisions
+
+
+def _plain_filter(entry: object) -> bool:
+    """A filter as `warnings.filterwarnings` makes it: a 5-tuple whose action is an exact str
+    (a str subclass can compare unequal to "error" here and equal in the C code)."""
+    return type(entry) is tuple and len(entry) == 5 and type(entry[0]) is str
+
+
+def _raises_warnings(before: tuple, now: tuple) -> bool:
+    """Whether the filters `now` can turn a warning into an exception where `before` could not:
+    an "error" filter or default action that is new, or an entry that is not a plain filter."""
+    if type(now[0]) is not str or (now[0] == "error" and before[0] != "error"):
+        return True
+    old = set(before[1])
+    return any(
+        not _plain_filter(f) or (f[0] == "error" and f not in old)
+        for f in now[1]
+        if f not in old or not _plain_filter(f)
+    )
 
 
 def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]]:
@@ -61,9 +83,10 @@ def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | 
         # a profiler left recording slows every later torch call (cannot be stopped from here)
         "the autograd profiler": (c._autograd._profiler_enabled, None),
         # warnings.simplefilter("error") would turn a rival's or the harness's warnings into
-        # exceptions raised inside their code. Other filters are left alone: libraries add
-        # "ignore" filters when they load lazily, and those change no one's results.
-        "the warning filters": (_error_filters, _drop_error_filters_but),
+        # exceptions raised inside their code, and "always" would slow a rival that warns. Every
+        # change is set back; only one that can raise is reported (libraries add "ignore"
+        # filters when they load lazily).
+        WARNING_FILTERS: (_warning_filters, _set_warning_filters),
         "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
         "inference mode": (torch.is_inference_mode_enabled, None),
         "CPU autocast": (
@@ -101,6 +124,9 @@ HARNESS_MODULES = (
     "baselines.stats",
 )
 HARNESS_KEY = "the harness's code"
+# Modules that gain no names after they load: a name added to one shadows a builtin its code
+# calls (enum.global_enum can add `float` to loop.worker).
+FIXED_MODULES = (*HARNESS_MODULES, "json", "json.encoder", "hashlib", "random", "warnings")
 TORCH_CHECKED = ("isfinite", "empty", "equal", "where", "rand", "randint", "full", "float64")
 
 
@@ -144,9 +170,13 @@ def _namespaces(torch, task_names: tuple[str, ...] = ()) -> list[tuple[str, Any,
         ("torch.Tensor", torch.Tensor, torch.Tensor.__dict__),
         # the child's own plumbing: results are JSON, value sets are hashed, checks drawn
         ("json", None, vars(json)),
+        ("json.encoder", None, vars(json.encoder)),
         ("json.JSONEncoder", json.JSONEncoder, json.JSONEncoder.__dict__),
         ("hashlib", None, vars(hashlib)),
+        ("random", None, vars(random)),
         ("random.Random", random.Random, random.Random.__dict__),
+        # how warnings are shown and filtered (the filter list itself is checked by value)
+        ("warnings", None, vars(warnings)),
         ("random.SystemRandom", random.SystemRandom, random.SystemRandom.__dict__),
     ]
     return out + _task_spaces(torch, task_names)
@@ -204,6 +234,9 @@ def _rebound(torch, before: dict, task_names: tuple[str, ...]) -> str | None:
                 if is_class:
                     first = first or f"{label}.{key}"
                     delattr(owner, key)
+                elif label in FIXED_MODULES:
+                    first = first or f"{label}.{key}"
+                    del space[key]
                 continue
             was = before[(label, key)]
             if space[key] is not was:
@@ -227,6 +260,9 @@ def changed(torch, before: dict[str, Any]) -> str | None:
     for name, (read, put_back) in _items(torch).items():
         now = read()
         if name not in before or now == before[name]:
+            continue
+        if name == WARNING_FILTERS and not _raises_warnings(before[name], now):
+            put_back(before[name])
             continue
         if name.startswith("a torch"):
             found.append(f"left {name} active")

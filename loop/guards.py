@@ -229,6 +229,31 @@ FORBIDDEN_ATTRIBUTES = {
     "register_module_forward_pre_hook": "global module hooks",
     "register_module_full_backward_hook": "global module hooks",
     "register_module_full_backward_pre_hook": "global module hooks",
+    # writes into another module's namespace: enum.global_enum updates
+    # sys.modules[cls.__module__] (a class body can name any module there)
+    "global_enum": "writing into another module's namespace",
+    # update_wrapper/wraps set and update attributes by name on any object (`__globals__`)
+    "update_wrapper": "attribute assignment by run-time name",
+    "wraps": "attribute assignment by run-time name",
+    # the warnings module's helpers read any file (formatwarning's linecache) or replace how the
+    # harness's and rivals' warnings are shown
+    "formatwarning": "file I/O (linecache reads any path)",
+    "showwarning": "changing how the harness's warnings are shown",
+    "warn_explicit": "warnings attributed to any file and module",
+    # set_ points an input buffer at other memory, or makes it require grad, with equal values
+    "set_": "replacing a tensor's storage (the harness's input buffers)",
+    # class hooks run inside anyone's isinstance and issubclass checks; copy and pickle hooks
+    # set attributes by run-time name
+    "__subclasshook__": "class hooks run inside the harness's and rivals' isinstance checks",
+    "__instancecheck__": "class hooks run inside the harness's and rivals' isinstance checks",
+    "__subclasscheck__": "class hooks run inside the harness's and rivals' isinstance checks",
+    "__reduce__": "copy and pickle hooks set attributes by run-time name",
+    "__reduce_ex__": "copy and pickle hooks set attributes by run-time name",
+    "__copy__": "copy and pickle hooks set attributes by run-time name",
+    "__deepcopy__": "copy and pickle hooks set attributes by run-time name",
+    "__setstate__": "copy and pickle hooks set attributes by run-time name",
+    "__getstate__": "copy and pickle hooks set attributes by run-time name",
+    "__module__": "naming another module as a class's own (enum and dataclasses write there)",
 }
 
 # Private names (a leading underscore, dunders included) are banned as attributes and import
@@ -430,7 +455,31 @@ HOOK_METHODS = (
     "__init_subclass__",
     "__set_name__",
     "__class_getitem__",
+    "__subclasshook__",
+    "__instancecheck__",
+    "__subclasscheck__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__copy__",
+    "__deepcopy__",
+    "__setstate__",
+    "__getstate__",
 )
+# Names a class body may not bind: the hooks, and what makes a class claim another module or
+# carry another function's code and globals.
+CLASS_BODY_BANNED = (*HOOK_METHODS, "__module__", "__globals__", "__code__", "__dict__")
+# Strings that name these are attribute access by run-time name waiting to happen.
+NAMED_IN_STRINGS = set(CLASS_BODY_BANNED) | {
+    "__defaults__",
+    "__kwdefaults__",
+    "__closure__",
+    "__builtins__",
+    "__self__",
+    "__func__",
+    "__wrapped__",
+    "__setattr__",
+    "__getattribute__",
+}
 
 # `.load` (numpy.load, torch.load, torch.jit.load, torch.utils.cpp_extension.load) reads files
 # and unpickles: banned on anything but Triton (`tl.load`) and the candidate's own objects.
@@ -535,7 +584,8 @@ def rules() -> list[str]:
         f"are fine; allowed: {', '.join(sorted(PRIVATE_ALLOWED))})",
         "a module is only the root of an attribute (`torch.empty`), never a value passed around",
         "no generators that hold a `with` or a `finally`, no coroutines (`async`), no "
-        "`__del__`, `__torch_function__` or `__torch_dispatch__`, no `__enter__` by hand",
+        "`__del__`, `__torch_function__`, `__torch_dispatch__`, class or copy hooks "
+        "(`__subclasshook__`, `__reduce__`, ...), no `__enter__` by hand",
         "attributes are assigned only on your own objects (`self`, your classes and their "
         "instances); `getattr`/`hasattr` only with a literal name (for a dtype by name, use a "
         'dict such as `{"float32": torch.float32}`)',
@@ -625,7 +675,6 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     own_roots = _own_roots(tree)
     module_state = _module_state(tree)
     reasons += _methods_through_their_class(tree)
-    reasons += _hook_methods_bound_in_class_bodies(tree)
     for node in (n for root in (tree, *_string_annotations(tree)) for n in ast.walk(root)):
         if type(node) in SUSPENDING and not _plain_generator_step(node, parents):
             reasons.append(
@@ -718,7 +767,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
         elif (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
-            and node.value in HOOK_METHODS
+            and node.value in NAMED_IN_STRINGS
         ):
             reasons.append(
                 reason("forbidden-call", f"line {node.lineno}: names {node.value} in a string")
@@ -982,15 +1031,18 @@ def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
 
 
 def _rebound_builtins(tree: ast.Module) -> list[Reason]:
-    """Any binding, in any syntax, of a name the checks trust or ban as a builtin."""
-    watched = TRUSTED_BUILTINS | set(FORBIDDEN_NAMES)
+    """Any binding, in any syntax, of a name the checks trust or ban as a builtin, or of a hook
+    or class-identity name (`for __module__ in ...` in a class body binds it too)."""
+    builtins = TRUSTED_BUILTINS | set(FORBIDDEN_NAMES)
+    watched = builtins | set(CLASS_BODY_BANNED)
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             names = [node.id]
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names = [node.name]
+            # a method named after a hook is reported as defining it
+            names = [node.name] if node.name not in HOOK_METHODS else []
         elif isinstance(node, ast.arg):
             names = [node.arg]
         elif isinstance(node, ast.alias):
@@ -1002,7 +1054,14 @@ def _rebound_builtins(tree: ast.Module) -> list[Reason]:
         elif isinstance(node, ast.Global | ast.Nonlocal):
             names = list(node.names)
         found += [(getattr(node, "lineno", 0), n) for n in names if n in watched]
-    return [reason("forbidden-call", f"line {line}: binds {name}") for line, name in found]
+    return [
+        reason("forbidden-call", f"line {line}: binds {name}" + _why(banned_attribute(name)))
+        for line, name in found
+    ]
+
+
+def _why(text: str | None) -> str:
+    return f" ({text})" if text else ""
 
 
 def without_self_tests(tree: ast.Module) -> ast.Module:
@@ -1153,23 +1212,6 @@ def _root_node(node: ast.AST) -> ast.AST:
     while isinstance(node, ast.Attribute | ast.Subscript):
         node = node.value
     return node
-
-
-def _hook_methods_bound_in_class_bodies(tree: ast.Module) -> list[Reason]:
-    """`__del__ = _fire` in a class body defines a finalizer as surely as `def __del__`."""
-    out = []
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-        for stmt in cls.body:
-            for target in _targets(stmt):
-                for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
-                    if name.id in HOOK_METHODS:
-                        out.append(
-                            reason(
-                                "forbidden-call",
-                                f"line {name.lineno}: binds {name.id} ({banned_attribute(name.id)})",
-                            )
-                        )
-    return out
 
 
 def _targets(node: ast.AST) -> list[ast.AST]:

@@ -168,16 +168,14 @@ def supervise(request: dict, since: float, children: ChildSettings | None = None
     if peers:
         _supervised(ctx, peers, _verify_body, timeout)
     phases["verify_s"] = time.monotonic() - started
-    for peer in peers:
-        if peer.ok and shapes and all(peer.dropped(s.name) for s in shapes):
-            first = peer.shapes[shapes[0].name]["dropped"]
-            peer.reasons.append(reason(first["code"], f"on every shape: {first['message']}"))
+    _reject_peers_dropped_everywhere(peers, shapes, reason)
 
     ceilings = None
     if request.get("time"):
         live = [r for r in (*candidates, *peers) if r.ok]
         if live:
             ceilings = _supervised(ctx, live, _time_body, timeout)
+        _reject_peers_dropped_everywhere(peers, shapes, reason)
     phases["total_s"] = time.monotonic() - started
     phases["timing_s"] = phases["total_s"] - phases["verify_s"]
     return {
@@ -187,6 +185,15 @@ def supervise(request: dict, since: float, children: ChildSettings | None = None
         "phases": phases,
         "runners": [r.to_dict() for r in (*candidates, *peers)],
     }
+
+
+def _reject_peers_dropped_everywhere(peers: list[Runner], shapes: list, reason) -> None:
+    """A peer left out on every shape (in verification or in timing) is rejected, so that its
+    missing times cannot read as an accepted peer that lost."""
+    for peer in peers:
+        if peer.ok and shapes and all(peer.dropped(s.name) for s in shapes):
+            first = peer.shapes[shapes[0].name]["dropped"]
+            peer.reasons.append(reason(first["code"], f"on every shape: {first['message']}"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,11 +387,15 @@ def _load_candidate(path: Path, label: str):
     # The tree the static checks passed, compiled here: not the file's own text, whose
     # self-test block the checks skipped. Compiled without this file's `from __future__` flags
     # (which would turn the candidate's annotations into strings) and registered in sys.modules
-    # while it runs, as an import would be (dataclasses looks its module up there).
+    # only while its body runs (dataclasses looks its module up there); afterwards no other
+    # candidate can find it there by name.
     tree = guards.without_self_tests(ast.parse(Path(path).read_text(), filename=str(path)))
     code = compile(tree, str(path), "exec", dont_inherit=True)
     sys.modules[name] = module
-    exec(code, module.__dict__)
+    try:
+        exec(code, module.__dict__)
+    finally:
+        sys.modules.pop(name, None)
     return module.kernel
 
 
@@ -493,6 +504,7 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
     else:
         inputs = task.make_inputs(shape, seed, device)
     clones = tuple(t.clone() for t in inputs)
+    layouts = [_layout(t) for t in inputs]
     try:
         if device == "cuda":
             _poison_allocator(inputs, torch)
@@ -505,7 +517,7 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
     left = _state_left(ctx)
     if left and runner.kind == "candidate":
         return ctx.reason("forbidden-call", f"{shape.name}: the call {left}")
-    if not _unchanged(inputs, clones):
+    if not _unchanged(inputs, clones, layouts):
         return ctx.reason("inputs-modified", f"{shape.name}: an input changed during the call")
     if cache is not None:
         if "refs" not in cache:
@@ -525,8 +537,25 @@ class _InputsModified(Exception):
     """A timed or re-verified call changed its input buffers."""
 
 
-def _unchanged(inputs: tuple, source: tuple) -> bool:
-    """Every input buffer still holds exactly the values of `source`."""
+def _layout(t) -> tuple:
+    """What makes a buffer the same buffer for the next runner: its memory, its view of it, and
+    no autograd (`x.set_(...)` or `x.requires_grad_()` keep the values and tax every later op)."""
+    return (
+        t.data_ptr(),
+        tuple(t.shape),
+        t.stride(),
+        t.storage_offset(),
+        t.dtype,
+        t.requires_grad,
+        t.grad_fn is None,
+    )
+
+
+def _unchanged(inputs: tuple, source: tuple, layouts: list | None = None) -> bool:
+    """Every input buffer still holds exactly the values of `source` (and, given `layouts`, is
+    still the buffer it was)."""
+    if layouts is not None and [_layout(t) for t in inputs] != layouts:
+        return False
     return all(a.equal(b) for a, b in zip(inputs, source, strict=True))
 
 
@@ -626,6 +655,7 @@ def _time_shape(
     # cheap next to a compute-bound kernel) never hits.
     current = list(_value_sets(ctx, shape, 1, FRESH_SALT))
     inputs = tuple(t.clone() for t in current[0])
+    layouts = [_layout(t) for t in inputs]
     turn = [0]
 
     def rotate() -> None:
@@ -643,7 +673,7 @@ def _time_shape(
             raise _TimedOutputWrong(
                 ctx.reason("forbidden-call", f"{shape.name}: timed calls {left}")
             )
-        if not _unchanged(inputs, current[0]):
+        if not _unchanged(inputs, current[0], layouts):
             raise _InputsModified("an input changed during timed calls")
 
     bound = []  # (runner, block(n) -> samples, replay() -> each capture's timed outputs)
@@ -669,6 +699,8 @@ def _time_shape(
                     raise _TimedOutputWrong(
                         ctx.reason("forbidden-call", f"{shape.name}: its capture {left}")
                     )
+                if not _unchanged(inputs, current[0], layouts):
+                    raise _InputsModified("an input changed while it was captured")
 
                 def block(n, timed=timed, r=runner):
                     rotate()
@@ -889,14 +921,19 @@ def _perturbed(ctx: Context, shape, current: tuple, fraction: float, salt: int) 
 
 
 def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) -> None:
-    """The timed path of each candidate once more, first on the last timed values with a few
-    elements changed, then on wholly new values, all in the same buffers; every candidate's
+    """The timed path of each candidate once more: on the last timed values (which every
+    candidate then has seen, whichever runner's block came last), then on those values with a
+    few elements changed, then on wholly new values, all in the same buffers; every candidate's
     output is final before the reference of those values is computed."""
     torch = ctx.torch
-    rounds = [("perturbed", f) for f in PERTURB_FRACTIONS] + [("new", None)]
+    layouts = [_layout(t) for t in inputs]
+    rounds = [("last timed", None)]
+    rounds += [("perturbed", f) for f in PERTURB_FRACTIONS] + [("new", None)]
     for i, (kind, fraction) in enumerate(rounds):
         salt = 99 + 2 * i
-        if kind == "new":
+        if kind == "last timed":
+            values = tuple(t.clone() for t in inputs)
+        elif kind == "new":
             values = _value_sets(ctx, shape, 1, salt)[0]
         else:
             values = _perturbed(ctx, shape, inputs, fraction, salt)
@@ -916,7 +953,7 @@ def _reverify(ctx: Context, shape, inputs: tuple, checked: list, chan: Channel) 
                     raise _TimedOutputWrong(
                         ctx.reason("forbidden-call", f"{shape.name}: re-verifying {left}")
                     )
-                if not _unchanged(inputs, values):
+                if not _unchanged(inputs, values, layouts):
                     raise _InputsModified(f"an input changed while re-verifying ({kind} values)")
             except BaseException as exc:
                 if _device_fault(exc):

@@ -125,3 +125,52 @@ def test_the_tasks_torch_functions_are_watched() -> None:
     torch.rsqrt = torch.ones_like  # the reference would agree with a kernel that skips it
     assert global_state.changed(torch, before) == "rebound torch.rsqrt"
     assert torch.rsqrt is rsqrt
+
+
+def test_filters_that_raise_are_reported_however_they_are_spelled() -> None:
+    import warnings
+
+    class Action(str):
+        def __eq__(self, other: object) -> bool:  # unequal to "error" here, "error" in C
+            return other == "ignore"
+
+        __hash__ = str.__hash__
+
+    before = global_state.snapshot(torch)
+    warnings.simplefilter(Action("error"))
+    assert global_state.changed(torch, before).startswith("changed the warning filters")
+    assert global_state.changed(torch, before) is None
+    warnings.defaultaction = "error"
+    assert global_state.changed(torch, before) is not None
+    assert warnings.defaultaction != "error"
+
+
+def test_filters_that_only_show_more_are_set_back_silently() -> None:
+    import warnings
+
+    before = global_state.snapshot(torch)
+    filters = list(warnings.filters)
+    warnings.simplefilter("always")  # a rival that warns on every call would print every time
+    assert global_state.changed(torch, before) is None
+    assert warnings.filters == filters
+
+
+def test_a_name_added_to_the_harness_is_reported_and_removed() -> None:
+    import loop.worker as harness
+
+    before = global_state.snapshot(torch)
+    harness.float = lambda x: 0.0  # enum.global_enum can do this without an assignment
+    assert global_state.changed(torch, before) == "rebound loop.worker.float"
+    assert "float" not in vars(harness)
+
+
+def test_the_json_encoder_module_and_random_are_watched() -> None:
+    import json.encoder
+    import random
+
+    before = global_state.snapshot(torch)
+    make, recip = json.encoder.c_make_encoder, random.RECIP_BPF
+    json.encoder.c_make_encoder = None  # a forged encoder would rewrite every result line
+    random.RECIP_BPF = 1.0  # no timed output would be drawn for checking
+    assert global_state.changed(torch, before) == "rebound json.encoder.c_make_encoder"
+    assert json.encoder.c_make_encoder is make and recip == random.RECIP_BPF

@@ -119,6 +119,34 @@ STATIC = {
     "15-staticmethod-alias": ("staticmethod_alias_instance_call.py", "forbidden-call"),
     "15-method-in-a-class-table": ("staticmethod_table.py", "forbidden-call"),
     "15-type-kept-then-read": ("type_assigned_then_read.py", "forbidden-call"),
+    # the tenth red team: writing into modules by name, hooks that run in others' checks
+    "5-harness-builtin-shadowed-by-global-enum": (
+        "harness_builtin_shadowed_by_global_enum.py",
+        "forbidden-call",
+    ),
+    "5-timings-faked-through-global-enum": (
+        "timings_faked_through_global_enum.py",
+        "forbidden-call",
+    ),
+    "18-rival-module-patched-through-global-enum": (
+        "rival_module_patched_through_global_enum.py",
+        "forbidden-call",
+    ),
+    "5-json-forged-through-update-wrapper": (
+        "json_forged_through_update_wrapper.py",
+        "forbidden-call",
+    ),
+    "7-timed-checks-blinded-through-update-wrapper": (
+        "timed_checks_blinded_through_update_wrapper.py",
+        "forbidden-call",
+    ),
+    "18-input-buffer-set-to-require-grad": (
+        "input_buffer_set_to_require_grad.py",
+        "forbidden-call",
+    ),
+    "18-subclass-hook-runs-in-peers": ("subclass_hook_runs_in_peers.py", "forbidden-call"),
+    "9-file-read-through-formatwarning": ("file_read_through_formatwarning.py", "forbidden-call"),
+    "5-attribute-set-by-copy-hook": ("attribute_set_by_copy_hook.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
@@ -139,6 +167,11 @@ VERIFIED = {
     "10-bfloat16-math": ("bfloat16_precision.py", {"mismatch"}),
     "11-tiny-outputs": ("tiny_outputs.py", {"mismatch"}),
     "13-short-only": ("short_rows_only.py", {"mismatch"}),
+    "18-error-filter-spelled-as-str-subclass": (
+        "error_filter_spelled_as_str_subclass.py",
+        {"forbidden-call"},
+    ),
+    "18-input-made-to-require-grad": ("input_made_to_require_grad.py", {"inputs-modified"}),
 }
 
 # Rejected only once timed and re-verified (one worker for all of them).
