@@ -143,15 +143,23 @@ def read_params_space(source: str) -> dict | None:
 
 def static_verdict(task: Task, spec: CandidateSpec) -> tuple[str | None, list[Reason]]:
     """Reasons found before any code runs: a missing file, static checks, bad parameters."""
+    language, problems, _ = _checked(task, spec)
+    return language, problems
+
+
+def _checked(task: Task, spec: CandidateSpec) -> tuple[str | None, list[Reason], str | None]:
+    """`static_verdict` and the text it checked: the worker runs that text, not the file, which
+    could have changed since."""
     try:
         source = spec.path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [reason("missing-file", f"{spec.path}: {exc.strerror or exc}")]
+        return None, [reason("missing-file", f"{spec.path}: {exc.strerror or exc}")], None
     forbidden = tuple(getattr(task.module, "FORBIDDEN_OPS", ()))
     report = check_source(source, str(spec.path), forbidden)
     if report.reasons:
-        return report.language, report.reasons
-    return report.language, validate_params(spec.path, spec.params, read_params_space(source))
+        return report.language, report.reasons, source
+    problems = validate_params(spec.path, spec.params, read_params_space(source))
+    return report.language, problems, source
 
 
 def language_runs_on(language: str | None, device: str) -> bool:
@@ -178,7 +186,7 @@ def evaluate(
     pre: dict[str, tuple[str | None, list[Reason]]] = {}
     to_run = []
     for spec in candidates:
-        language, problems = static_verdict(task, spec)
+        language, problems, source = _checked(task, spec)
         if not problems and not language_runs_on(language, device):
             problems = [
                 reason(
@@ -191,6 +199,7 @@ def evaluate(
                 {
                     "label": spec.label,
                     "path": str(spec.path.resolve()),
+                    "source": source,
                     "params": spec.params,
                 }
             )

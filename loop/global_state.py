@@ -14,6 +14,7 @@ in torch's namespaces that its checks call, must still be bound to the same obje
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
 import hashlib
 import json
@@ -126,7 +127,18 @@ HARNESS_MODULES = (
 HARNESS_KEY = "the harness's code"
 # Modules that gain no names after they load: a name added to one shadows a builtin its code
 # calls (enum.global_enum can add `float` to loop.worker).
-FIXED_MODULES = (*HARNESS_MODULES, "json", "json.encoder", "hashlib", "random", "warnings")
+FIXED_MODULES = (
+    *HARNESS_MODULES,
+    "builtins",
+    "json",
+    "json.encoder",
+    "hashlib",
+    "random",
+    "warnings",
+)
+# What Python itself writes into a module's globals: warnings.warn(stacklevel=2) from a
+# candidate's call records itself in its caller's (the harness's) registry.
+PYTHON_OWN_KEYS = {"__warningregistry__"}
 TORCH_CHECKED = ("isfinite", "empty", "equal", "where", "rand", "randint", "full", "float64")
 
 
@@ -163,6 +175,8 @@ def _namespaces(torch, task_names: tuple[str, ...] = ()) -> list[tuple[str, Any,
     out: list[tuple[str, Any, dict]] = [
         (name, None, vars(sys.modules[name])) for name in HARNESS_MODULES if name in sys.modules
     ]
+    # a name added to builtins (enum's _convert_ can add `float`) shadows it everywhere
+    out.append(("builtins", None, vars(builtins)))
     checked = {k: getattr(torch, k) for k in TORCH_CHECKED if hasattr(torch, k)}
     out += [
         ("torch", torch, checked),
@@ -230,6 +244,8 @@ def _rebound(torch, before: dict, task_names: tuple[str, ...]) -> str | None:
     for label, owner, space in _namespaces(torch, task_names):
         is_class = isinstance(owner, type)
         for key in list(space):
+            if key in PYTHON_OWN_KEYS:
+                continue
             if (label, key) not in before:
                 if is_class:
                     first = first or f"{label}.{key}"

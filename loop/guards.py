@@ -254,6 +254,21 @@ FORBIDDEN_ATTRIBUTES = {
     "__setstate__": "copy and pickle hooks set attributes by run-time name",
     "__getstate__": "copy and pickle hooks set attributes by run-time name",
     "__module__": "naming another module as a class's own (enum and dataclasses write there)",
+    "set_module": "naming another module as an object's own",
+    "swap_tensors": "swapping the class of the harness's tensors",
+    # the compiler's stance and backend decide what the torch.compile peer runs
+    "compiler": "changing how the torch.compile peer compiles (set_stance, set_default_backend)",
+    "set_stance": "changing how the torch.compile peer compiles",
+    # process-wide switches not covered above
+    "set_anomaly_enabled": "anomaly mode taxes every later torch call",
+    "set_warn_always": "changing how the harness's warnings are shown",
+    "enter_dual_level": "forward-mode autograd left on for every later torch call",
+    "set_fastpath_enabled": "changing the rivals' attention kernels",
+    "set_flags": "changing the rivals' backend flags",
+    "allow_fp16_bf16_reduction_math_sdp": "changing the rivals' attention precision",
+    "register_module_buffer_registration_hook": "global module hooks",
+    "register_module_module_registration_hook": "global module hooks",
+    "register_module_parameter_registration_hook": "global module hooks",
 }
 
 # Private names (a leading underscore, dunders included) are banned as attributes and import
@@ -592,7 +607,8 @@ def rules() -> list[str]:
         'a self-test under `if __name__ == "__main__":` is not checked (it never runs)',
         "no file or network I/O, threads, processes, streams, events, CUDA graphs of your own, "
         "profilers, torch modes or `torch.library`, environment reads, frame or gc access, "
-        "`exec`/`eval`/`setattr`",
+        "`exec`/`eval`/`setattr`, `functools.wraps`/`update_wrapper`, metaclasses, "
+        "`torch.compiler` settings",
         "no call to the task's reference, its peers or the library op that implements it",
     ]
 
@@ -669,6 +685,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
     module_names = set(aliases) | _module_aliases(tree, set(aliases))
     jitted_nodes = _inside_jitted(tree, aliases)
     reasons += _rebound_builtins(tree)
+    reasons += _metaclasses(tree)
     parameters = _parameters(tree)
     bound = _bound_names(tree)
     own = _own_names(tree, module_names | parameters)
@@ -1224,8 +1241,35 @@ def _targets(node: ast.AST) -> list[ast.AST]:
 
 def _owned(node: ast.Attribute, own: set[str], roots: _OwnRoots) -> bool:
     """`node` names an attribute the candidate defines, read straight from one of its own
-    objects (`self._cache`, `Box._table`; not `w._module` of a library object `w`)."""
-    return node.attr in own and roots.holds(node.value)
+    objects (`self._cache`, `Box._table`; not `w._module` of a library object `w`). Through
+    `super()` only dunders (`super().__init__`): a private name there is the library base
+    class's (`super()._convert_` of enum's metaclass writes into any module)."""
+    value = node.value
+    through_super = (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "super"
+    )
+    if through_super and not (node.attr.startswith("__") and node.attr.endswith("__")):
+        return False
+    return node.attr in own and roots.holds(value)
+
+
+METACLASS_BASES = {"type", "EnumMeta", "EnumType", "ABCMeta"}
+
+
+def _metaclasses(tree: ast.Module) -> list[Reason]:
+    """A class of the candidate's that derives from a metaclass: instantiating it builds classes
+    through library hooks that write into other modules (enum's `_convert_`, `_simple=True`)."""
+    out = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for base in cls.bases:
+            name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+            if name in METACLASS_BASES:
+                out.append(
+                    reason("forbidden-call", f"line {cls.lineno}: {cls.name} is a metaclass")
+                )
+    return out
 
 
 def _imported_modules(tree: ast.Module) -> set[str]:

@@ -55,6 +55,7 @@ class Runner:
     reasons: list = field(default_factory=list)
     shapes: dict = field(default_factory=dict)
     path: str | None = None
+    source: str | None = None  # the text the static checks passed (run instead of the file)
 
     @property
     def ok(self) -> bool:
@@ -155,7 +156,14 @@ def supervise(request: dict, since: float, children: ChildSettings | None = None
         raise RuntimeError("CUDA was initialised before the worker forked (by the task module?)")
 
     candidates = [
-        Runner(s["label"], "candidate", None, s.get("params") or {}, path=s["path"])
+        Runner(
+            s["label"],
+            "candidate",
+            None,
+            s.get("params") or {},
+            path=s["path"],
+            source=s.get("source"),
+        )
         for s in request.get("candidates", [])
     ]
     peers = [Runner(name, "peer", None) for name in request.get("peers", [])]
@@ -286,11 +294,11 @@ def _load_runners(ctx: Context, runners: list[Runner], chan: Channel) -> list[Ru
     for r in runners:
         if r.kind == "candidate":
             chan.mark(r.label, "(import)")
-        copy = Runner(r.label, r.kind, None, r.params, path=r.path)
+        copy = Runner(r.label, r.kind, None, r.params, path=r.path, source=r.source)
         copy.shapes = {s: dict(e) for s, e in r.shapes.items() if "dropped" in e}
         try:
             if r.kind == "candidate":
-                copy.fn = _load_candidate(Path(r.path), r.label)
+                copy.fn = _load_candidate(Path(r.path), r.label, r.source)
                 left = _state_left(ctx)
                 if left:
                     copy.reasons.append(ctx.reason("forbidden-call", f"importing it {left}"))
@@ -378,7 +386,7 @@ def _let_compiled_peers_specialise(torch) -> None:
         dynamo.fail_on_recompile_limit_hit = True
 
 
-def _load_candidate(path: Path, label: str):
+def _load_candidate(path: Path, label: str, source: str | None = None):
     name = f"{CANDIDATE_MODULE_PREFIX}{label}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -389,7 +397,9 @@ def _load_candidate(path: Path, label: str):
     # (which would turn the candidate's annotations into strings) and registered in sys.modules
     # only while its body runs (dataclasses looks its module up there); afterwards no other
     # candidate can find it there by name.
-    tree = guards.without_self_tests(ast.parse(Path(path).read_text(), filename=str(path)))
+    # `source` is the text the static checks passed: the file may have been swapped since.
+    text = source if source is not None else Path(path).read_text()
+    tree = guards.without_self_tests(ast.parse(text, filename=str(path)))
     code = compile(tree, str(path), "exec", dont_inherit=True)
     sys.modules[name] = module
     try:
@@ -541,6 +551,7 @@ def _layout(t) -> tuple:
     """What makes a buffer the same buffer for the next runner: its memory, its view of it, and
     no autograd (`x.set_(...)` or `x.requires_grad_()` keep the values and tax every later op)."""
     return (
+        type(t),
         t.data_ptr(),
         tuple(t.shape),
         t.stride(),

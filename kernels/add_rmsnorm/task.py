@@ -47,13 +47,18 @@ BUCKET_KEY = "tokens"
 
 def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, ...]:
     """Activations and residual of order one (the residual a little larger, as in deep models),
-    drawn on `device` (a billion values drawn on a CPU take seconds)."""
+    drawn on `device` (a billion values drawn on a CPU take seconds). Where there are several
+    rows, one row of x is minus the residual's, so that the sum is an all-zero row (a kernel
+    that leaves out eps returns NaN there, and nowhere else)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     size = (shape["tokens"], shape["hidden"])
     x = torch.randn(size, generator=gen, device=device).to(dtype)
     residual = torch.randn(size, generator=gen, device=device).mul_(2.0).to(dtype)
     weight = torch.randn(shape["hidden"], generator=gen, device=device).mul_(0.25).add_(1.0)
+    if shape["tokens"] > 1:
+        row = int(torch.randint(shape["tokens"], (1,), generator=gen, device=device))
+        x[row] = -residual[row]
     return x, residual, weight.to(dtype)
 
 

@@ -48,13 +48,17 @@ BUCKET_KEY = "tokens"
 
 
 def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random inputs of order one, so relative error is meaningful and outputs are far from zero.
-    Drawn on the device itself: a billion values drawn on the host take seconds per call."""
+    """Random inputs of order one, so relative error is meaningful and outputs are far from zero,
+    with one all-zero row where there are several (a padding token: a kernel that leaves out
+    eps returns NaN there, and nowhere else). Drawn on the device itself: a billion values
+    drawn on the host take seconds per call."""
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     f32 = {"generator": gen, "dtype": torch.float32, "device": device}
     x = torch.randn(shape["tokens"], shape["hidden"], **f32)
     weight = 1.0 + 0.25 * torch.randn(shape["hidden"], **f32)
+    if shape["tokens"] > 1:
+        x[int(torch.randint(shape["tokens"], (1,), generator=gen, device=device))] = 0.0
     return x.to(dtype), weight.to(dtype)
 
 

@@ -174,3 +174,23 @@ def test_the_json_encoder_module_and_random_are_watched() -> None:
     random.RECIP_BPF = 1.0  # no timed output would be drawn for checking
     assert global_state.changed(torch, before) == "rebound json.encoder.c_make_encoder"
     assert json.encoder.c_make_encoder is make and recip == random.RECIP_BPF
+
+
+def test_pythons_own_warning_registry_in_the_harness_is_no_change() -> None:
+    import loop.worker as harness
+
+    before = global_state.snapshot(torch)
+    harness.__warningregistry__ = {"version": 0}  # warnings.warn(stacklevel=2) from a kernel
+    try:
+        assert global_state.changed(torch, before) is None
+    finally:
+        del harness.__warningregistry__
+
+
+def test_a_name_added_to_builtins_is_reported_and_removed() -> None:
+    import builtins
+
+    before = global_state.snapshot(torch)
+    builtins.float_ = float  # enum's _convert_ can write any name into any module
+    assert global_state.changed(torch, before) == "rebound builtins.float_"
+    assert not hasattr(builtins, "float_")

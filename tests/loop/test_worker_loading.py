@@ -52,3 +52,44 @@ def test_a_candidate_with_a_dataclass_loads_with_its_own_semantics(tmp_path: Pat
     ev = evaluate(load_task("rmsnorm"), [CandidateSpec(path, {}, "dataclass")], "cpu")
     (verdict,) = ev.verdicts
     assert verdict.accepted, verdict.reasons
+
+
+def test_the_worker_runs_the_text_that_was_checked_not_the_file_now(tmp_path: Path) -> None:
+    """A file swapped after the static checks (while the worker starts) is not what runs: the
+    request carries the checked text."""
+    import secrets
+    import time
+
+    from loop.worker import supervise
+
+    honest = (load_task("rmsnorm").folder / "torch_rmsnorm.py").read_text()
+    path = tmp_path / "swapped.py"
+    path.write_text('import os\nLANGUAGE = "torch"\ndef kernel(x, weight):\n    return x\n')
+    request = {
+        "task": "rmsnorm",
+        "device": "cpu",
+        "secret": secrets.randbits(62),
+        "candidates": [{"label": "swapped", "path": str(path), "source": honest, "params": {}}],
+        "peers": [],
+        "shapes": ["decode-7x256"],
+        "time": False,
+        "timeout_s": 120,
+    }
+    (runner,) = supervise(request, time.monotonic())["runners"]
+    assert runner["verdict"] == "accepted", runner["reasons"]
+
+
+def test_evaluate_sends_the_checked_text(tmp_path: Path, monkeypatch) -> None:
+    import loop.evaluator as evaluator
+
+    sent = []
+    monkeypatch.setattr(
+        evaluator,
+        "_run_worker",
+        lambda request, *_: (sent.append(request), ({"runners": []}, None))[1],
+    )
+    path = tmp_path / "dataclass_rmsnorm.py"
+    path.write_text(DATACLASS_CANDIDATE)
+    evaluate(load_task("rmsnorm"), [CandidateSpec(path, {}, "dataclass")], "cpu")
+    (request,) = sent
+    assert request["candidates"][0]["source"] == DATACLASS_CANDIDATE

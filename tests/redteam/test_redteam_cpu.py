@@ -147,6 +147,18 @@ STATIC = {
     "18-subclass-hook-runs-in-peers": ("subclass_hook_runs_in_peers.py", "forbidden-call"),
     "9-file-read-through-formatwarning": ("file_read_through_formatwarning.py", "forbidden-call"),
     "5-attribute-set-by-copy-hook": ("attribute_set_by_copy_hook.py", "forbidden-call"),
+    # the eleventh red team: enum's private _convert_ through super(), the compiler's settings
+    "11-builtin-shadowed-through-enum-convert": (
+        "builtin_shadowed_through_enum_convert.py",
+        "forbidden-call",
+    ),
+    "18-compile-peer-made-to-fail": ("compile_peer_made_to_fail.py", "forbidden-call"),
+    "20-compile-peer-forced-eager": ("compile_peer_forced_eager.py", "forbidden-call"),
+    "20-compile-peer-default-backend-eager": (
+        "compile_peer_default_backend_eager.py",
+        "forbidden-call",
+    ),
+    "18-input-class-swapped": ("input_class_swapped.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
@@ -172,6 +184,7 @@ VERIFIED = {
         {"forbidden-call"},
     ),
     "18-input-made-to-require-grad": ("input_made_to_require_grad.py", {"inputs-modified"}),
+    "13-no-epsilon": ("drops_eps.py", {"non-finite-output", "mismatch"}),
 }
 
 # Rejected only once timed and re-verified (one worker for all of them).
