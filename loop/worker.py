@@ -675,17 +675,16 @@ def _time_shape(
         for buf, new in zip(inputs, current[0], strict=True):
             buf.copy_(new)
 
-    def untouched(runner: Runner) -> None:
-        """After a block: the buffers still hold the values put in (a candidate that writes an
-        input it has an answer for, and answers from memory, would be timed doing nothing), and
-        a candidate left global torch state as it was (a peer's change is only set back)."""
+    def untouched(runner: Runner, doing: str = "timed calls") -> None:
+        """After a block or a capture: the buffers are still the buffers, holding the values put
+        in (a candidate that writes an input it has an answer for, and answers from memory,
+        would be timed doing nothing), and a candidate left global torch state as it was (a
+        peer's change is only set back)."""
         left = _state_left(ctx)
         if left and runner.kind == "candidate":
-            raise _TimedOutputWrong(
-                ctx.reason("forbidden-call", f"{shape.name}: timed calls {left}")
-            )
+            raise _TimedOutputWrong(ctx.reason("forbidden-call", f"{shape.name}: {doing} {left}"))
         if not _unchanged(inputs, current[0], layouts):
-            raise _InputsModified("an input changed during timed calls")
+            raise _InputsModified(f"an input changed during {doing}")
 
     bound = []  # (runner, block(n) -> samples, replay() -> each capture's timed outputs)
     for runner in live:
@@ -705,13 +704,7 @@ def _time_shape(
                 timed = timer.rotating([graph for graph, _ in slots])
                 # A capture runs the runner's Python (a compiled peer compiles here): what it
                 # changed is its own, not that of whichever runner's block is checked first.
-                left = _state_left(ctx)
-                if left and runner.kind == "candidate":
-                    raise _TimedOutputWrong(
-                        ctx.reason("forbidden-call", f"{shape.name}: its capture {left}")
-                    )
-                if not _unchanged(inputs, current[0], layouts):
-                    raise _InputsModified("an input changed while it was captured")
+                untouched(runner, "its capture")
 
                 def block(n, timed=timed, r=runner):
                     rotate()

@@ -1,4 +1,4 @@
-"""WRONG kernel (x * weight, no normalisation) accepted: `enum.global_enum` writes an enum's
+"""WRONG kernel (x * weight, no normalisation), accepted before the tenth red team's fixes: `enum.global_enum` writes an enum's
 members into `sys.modules[cls.__module__].__dict__`. With `__module__ = "loop.worker"` it adds
 a global `float` to the harness's own module (a new name: global_state leaves names added to
 a module alone), shadowing the builtin for `_check_outputs`: every `float(tensor)` there is

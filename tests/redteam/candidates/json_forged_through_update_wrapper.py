@@ -1,4 +1,4 @@
-"""WRONG kernel (x * weight) accepted by `verify`. `functools.update_wrapper(w, wrapped,
+"""WRONG kernel (x * weight), accepted by `verify` before the tenth red team's fixes. `functools.update_wrapper(w, wrapped,
 assigned=(), updated=("__globals__",))` runs `getattr(w, "__globals__").update(getattr(wrapped,
 "__globals__"))`: with `w` a function of json.encoder (`JSONEncoder.encode`, reached as
 `torch.cuda.memory.json.JSONEncoder.encode`) and `wrapped` an object of this file whose class

@@ -1,4 +1,4 @@
-"""WRONG in timed calls, accepted: returns a stale output (the first answer it computed for the
+"""WRONG in timed calls, accepted before the tenth red team's fixes: returns a stale output (the first answer it computed for the
 shape) in the timed samples, and computes honestly from the first re-verification on.
 
 - The harness checks a secretly drawn quarter of timed outputs: `_DRAW.random() <
