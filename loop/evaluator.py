@@ -7,6 +7,7 @@ the parent gets a verdict with stable reason codes.
 
 from __future__ import annotations
 
+import os
 import secrets
 import tempfile
 import time
@@ -166,6 +167,27 @@ def language_runs_on(language: str | None, device: str) -> bool:
     return device == "cuda" or language in ("torch", "triton")
 
 
+# Triton on the CPU runs under Triton's interpreter, where a kernel's loads and stores reach any
+# host address (the harness's tolerance, its verdicts): no check in that process can hold.
+TRUST_INTERPRETER_ENV = "AUTOTUNE_TRUST_TRITON_INTERPRETER"
+
+
+def interpreter_refusal(task: Task, language: str | None, device: str, source: str | None):
+    """Why a Triton candidate may not run on the CPU (None when it may): only the task's own
+    shipped files, byte for byte, or any code when the user says it is trusted."""
+    if device != "cpu" or language != "triton" or os.environ.get(TRUST_INTERPRETER_ENV) == "1":
+        return None
+    shipped = (f for f in task.folder.glob("*.py") if f.name != "task.py")
+    if source is not None and any(f.read_text() == source for f in shipped):
+        return None
+    return reason(
+        "unsupported-device",
+        "Triton on the CPU runs under Triton's interpreter, whose loads and stores reach any "
+        "host address, so only the task's shipped Triton files run there: evaluate on a GPU, "
+        f"or set {TRUST_INTERPRETER_ENV}=1 for code you trust",
+    )
+
+
 def evaluate(
     task: Task,
     candidates: list[CandidateSpec],
@@ -193,6 +215,9 @@ def evaluate(
                     "unsupported-device", f"LANGUAGE {language!r} needs a GPU; device is {device}"
                 )
             ]
+        refusal = None if problems else interpreter_refusal(task, language, device, source)
+        if refusal is not None:
+            problems = [refusal]
         pre[spec.label] = (language, problems)
         if not problems:
             to_run.append(

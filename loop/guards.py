@@ -255,6 +255,18 @@ FORBIDDEN_ATTRIBUTES = {
     "__getstate__": "copy and pickle hooks set attributes by run-time name",
     "__module__": "naming another module as a class's own (enum and dataclasses write there)",
     "set_module": "naming another module as an object's own",
+    # views of raw memory: numpy's as_strided checks no bounds, and an array interface of one's
+    # own hands numpy any address
+    "as_strided": "raw memory views",
+    "stride_tricks": "raw memory views",
+    "__array_interface__": "raw memory views",
+    "__array_struct__": "raw memory views",
+    "__array__": "raw memory views",
+    "__cuda_array_interface__": "raw memory views",
+    # Triton's process-wide hooks run inside every other runner's launches and captures
+    "knobs": "Triton's process-wide hooks and settings",
+    "set_active": "replacing Triton's driver",
+    "reset_active": "replacing Triton's driver",
     "swap_tensors": "swapping the class of the harness's tensors",
     # the compiler's stance and backend decide what the torch.compile peer runs
     "compiler": "changing how the torch.compile peer compiles (set_stance, set_default_backend)",
@@ -482,7 +494,17 @@ HOOK_METHODS = (
 )
 # Names a class body may not bind: the hooks, and what makes a class claim another module or
 # carry another function's code and globals.
-CLASS_BODY_BANNED = (*HOOK_METHODS, "__module__", "__globals__", "__code__", "__dict__")
+CLASS_BODY_BANNED = (
+    *HOOK_METHODS,
+    "__module__",
+    "__globals__",
+    "__code__",
+    "__dict__",
+    "__array_interface__",
+    "__array_struct__",
+    "__array__",
+    "__cuda_array_interface__",
+)
 # Strings that name these are attribute access by run-time name waiting to happen.
 NAMED_IN_STRINGS = set(CLASS_BODY_BANNED) | {
     "__defaults__",
@@ -607,8 +629,11 @@ def rules() -> list[str]:
         'a self-test under `if __name__ == "__main__":` is not checked (it never runs)',
         "no file or network I/O, threads, processes, streams, events, CUDA graphs of your own, "
         "profilers, torch modes or `torch.library`, environment reads, frame or gc access, "
-        "`exec`/`eval`/`setattr`, `functools.wraps`/`update_wrapper`, metaclasses, "
-        "`torch.compiler` settings",
+        "`exec`/`eval`/`setattr`, `functools.update_wrapper` (`@functools.wraps(fn)` on your "
+        "own function is fine), metaclasses, `torch.compiler` settings (`is_compiling()` is "
+        "fine), numpy `as_strided` or array interfaces, Triton `knobs`",
+        "on the CPU, Triton runs under its interpreter, and only the task's shipped Triton "
+        "files run there: test a new Triton kernel on a GPU",
         "no call to the task's reference, its peers or the library op that implements it",
     ]
 
@@ -653,7 +678,9 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 reasons.append(
                     reason("forbidden-import", f"line {node.lineno}: from {node.module} import")
                 )
-            reasons += _module_path_reasons(node.module or "", node.lineno)
+            reasons += _module_path_reasons(
+                node.module or "", node.lineno, tuple(a.name for a in node.names)
+            )
             module_parts = set((node.module or "").split("."))
             for alias in node.names:
                 aliases[alias.asname or alias.name] = top
@@ -730,7 +757,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 and not node.attr.startswith("__")
             ):
                 pass  # `self.stream`, `cfg.reduction`: the candidate's own field, named alike
-            elif why is not None and node.attr == "ExternalStream" and _torch_stream(node, parents):
+            elif why is not None and _allowed_use(node, parents, aliases):
                 pass
             elif why is not None:
                 reasons.append(
@@ -1019,9 +1046,22 @@ def _class_use(node: ast.Name, parent: ast.AST | None, methods: set[str], parent
         and (holder.args[1] is node or holder.args[1] is parent)
     ):
         return ""
-    if isinstance(parent, ast.Subscript | ast.BinOp) and _in_annotation(parent, parents):
-        return ""  # Optional[Box], Box | None
+    if _plain_annotation(node, parents):
+        return ""  # Optional[Box], Box | None, dict[str, Box], tuple[Box, ...]
     return "used as a value (its methods could then be called with anything as self)"
+
+
+def _plain_annotation(node: ast.AST, parents: dict) -> bool:
+    """`node` sits in an annotation through subscripts, tuples, lists and `|` only (no call)."""
+    while isinstance(parents.get(node), ast.Subscript | ast.Tuple | ast.List | ast.BinOp):
+        parent = parents[node]
+        if isinstance(parent, ast.BinOp) and not isinstance(parent.op, ast.BitOr):
+            return False
+        node = parent
+    parent = parents.get(node)
+    return (isinstance(parent, ast.arg | ast.AnnAssign) and parent.annotation is node) or (
+        isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef) and parent.returns is node
+    )
 
 
 def _in_annotation(node: ast.AST, parents: dict) -> bool:
@@ -1168,6 +1208,9 @@ class _OwnRoots:
     names: frozenset[str]
     selves: frozenset[int]  # id() of the Name nodes that are a method's own first parameter
     classes: frozenset[str]
+    # id() of a `super()` call -> what the one base it reaches defines in its own body, when
+    # that base is one of the candidate's classes (found there before any library class)
+    supers: dict[int, frozenset[str]]
 
     def holds(self, node: ast.AST | None) -> bool:
         if isinstance(node, ast.Call):  # a fresh instance, `Cache().load(k)`, or `super()`
@@ -1221,7 +1264,38 @@ def _own_roots(tree: ast.Module) -> _OwnRoots:
             )
             if not rebinding and not shadowed:
                 selves.update(id(n) for n in inner)
-    return _OwnRoots(frozenset(names), frozenset(selves), frozenset(classes))
+    return _OwnRoots(frozenset(names), frozenset(selves), frozenset(classes), _supers(tree))
+
+
+def _supers(tree: ast.Module) -> dict[int, frozenset[str]]:
+    """For each `super()` in a class with exactly one base, a class of the file's own: the
+    names that base defines in its body (`super()._block` then is the file's own `_block`)."""
+    bodies = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    out: dict[int, frozenset[str]] = {}
+    for cls in bodies.values():
+        if len(cls.bases) != 1 or cls.keywords or not isinstance(cls.bases[0], ast.Name):
+            continue
+        base = bodies.get(cls.bases[0].id)
+        if base is None:
+            continue
+        defined = frozenset(
+            name
+            for stmt in base.body
+            for name in (
+                [stmt.name]
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+                else [t.id for t in _targets(stmt) if isinstance(t, ast.Name)]
+            )
+        )
+        for node in ast.walk(cls):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "super"
+                and not node.args
+            ):
+                out[id(node)] = defined
+    return out
 
 
 def _root_node(node: ast.AST) -> ast.AST:
@@ -1251,7 +1325,7 @@ def _owned(node: ast.Attribute, own: set[str], roots: _OwnRoots) -> bool:
         and value.func.id == "super"
     )
     if through_super and not (node.attr.startswith("__") and node.attr.endswith("__")):
-        return False
+        return node.attr in roots.supers.get(id(value), frozenset())
     return node.attr in own and roots.holds(value)
 
 
@@ -1459,9 +1533,61 @@ def _stored_attributes(target: ast.AST) -> list[ast.Attribute]:
     return found
 
 
-def _module_path_reasons(module: str, lineno: int) -> list[Reason]:
+def _allowed_use(node: ast.Attribute, parents: dict, aliases: dict[str, str]) -> bool:
+    """Uses of a banned attribute name that do none of what it is banned for."""
+    if node.attr == "ExternalStream":
+        return _torch_stream(node, parents)
+    if node.attr == "compiler":
+        return _compiler_read(node, parents, aliases)
+    if node.attr == "wraps":
+        return _wraps_decorator(node, parents)
+    return False
+
+
+# What may be read under a `compiler` namespace: whether torch is compiling, the decorator that
+# keeps dynamo out of the file's own function, and the compile errors to catch.
+COMPILER_READS = {
+    "torch.compiler": {"is_compiling", "is_dynamo_compiling", "is_exporting", "disable"},
+    "triton.compiler.errors": {"CompilationError", "CompileTimeAssertionFailure"},
+    "triton.compiler": {"errors"},
+    "cupy.cuda.compiler": {"CompileException"},
+}
+
+
+def _compiler_read(node: ast.Attribute, parents: dict, aliases: dict[str, str]) -> bool:
+    """`torch.compiler.is_compiling()`, `triton.compiler.errors.CompilationError`, ..."""
+    parent = parents.get(node)
+    root = _root_name(node)
+    path = ".".join([aliases.get(root or "", root or ""), *_dotted(node).split(".")[1:]])
+    return (
+        isinstance(parent, ast.Attribute)
+        and parent.value is node
+        and parent.attr in COMPILER_READS.get(path, set())
+    )
+
+
+def _wraps_decorator(node: ast.Attribute, parents: dict) -> bool:
+    """`@functools.wraps(fn)` on a function the file defines, with no `assigned`/`updated`: it
+    writes only onto that new function."""
+    call = parents.get(node)
+    holder = parents.get(call)
+    return (
+        isinstance(call, ast.Call)
+        and call.func is node
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Name)
+        and not call.keywords
+        and isinstance(holder, ast.FunctionDef | ast.AsyncFunctionDef)
+        and call in holder.decorator_list
+    )
+
+
+def _module_path_reasons(module: str, lineno: int, names: tuple[str, ...] = ()) -> list[Reason]:
     """`import torch.utils._python_dispatch`, `from torch.overrides import ...`: a banned
-    attribute is banned as a module path component too."""
+    attribute is banned as a module path component too (`from torch.compiler import
+    is_compiling` and the compile errors excepted)."""
+    if names and set(names) <= COMPILER_READS.get(module, set()):
+        return []
     out = []
     for part in module.split(".")[1:]:
         why = banned_attribute(part) or ("private module" if _private(part) else None)

@@ -36,7 +36,7 @@ CODES: dict[str, str] = {
     "crash": "the candidate raised an exception or killed its worker",
     "timeout": "the candidate's worker ran past its time limit",
     "out-of-memory": "the candidate ran out of host or GPU memory",
-    "unsupported-device": "the candidate's LANGUAGE cannot run on this device",
+    "unsupported-device": "the candidate's LANGUAGE cannot run on this device (untrusted Triton on the CPU included)",
     # correctness
     "wrong-output-type": "the output is not a plain dense torch.Tensor",
     "wrong-output-layout": "the output's shape, dtype, device or strides differ from the reference's",

@@ -4,11 +4,12 @@ several candidates on the CPU in a single worker (the Triton interpreter is slow
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from loop.evaluator import CandidateSpec, Evaluation, evaluate
+from loop.evaluator import TRUST_INTERPRETER_ENV, CandidateSpec, Evaluation, evaluate
 from loop.tasks import Task
 
 
@@ -21,9 +22,18 @@ def mutated(source: Path, old: str, new: str, dest: Path) -> Path:
 
 
 def evaluate_on_cpu(task: Task, specs: dict[str, tuple[Path, dict]]) -> Evaluation:
-    """Verify every candidate of `specs` (label -> (path, params)) in one worker."""
+    """Verify every candidate of `specs` (label -> (path, params)) in one worker. The mutants
+    are the tests' own code, so the Triton interpreter may run them on the CPU."""
     candidates = [CandidateSpec(path, params, label) for label, (path, params) in specs.items()]
-    return evaluate(task, candidates, "cpu")
+    before = os.environ.get(TRUST_INTERPRETER_ENV)
+    os.environ[TRUST_INTERPRETER_ENV] = "1"
+    try:
+        return evaluate(task, candidates, "cpu")
+    finally:
+        if before is None:
+            del os.environ[TRUST_INTERPRETER_ENV]
+        else:
+            os.environ[TRUST_INTERPRETER_ENV] = before
 
 
 def cli_verify(task: str, candidate: str, params: dict) -> tuple[int, dict]:

@@ -762,3 +762,61 @@ def test_only_tritons_own_jit_makes_device_code() -> None:
         "def kernel(x):\n    return x\n"
     )
     assert "forbidden-call" in {r.code for r in check_source(own, "c.py").reasons}
+
+
+KERNEL = "def kernel(x, weight):\n    return x\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "if torch.compiler.is_compiling():\n    pass\n",
+        "from torch.compiler import is_compiling\n",
+        "from triton.compiler.errors import CompilationError\n",
+        "import triton\nE = triton.compiler.errors.CompilationError\n",
+        "import functools\ndef deco(fn):\n    @functools.wraps(fn)\n    def inner(*a):\n"
+        "        return fn(*a)\n    return inner\n",
+        "class Base:\n    def _block(self):\n        return 1\n"
+        "class Launcher(Base):\n    def _block(self):\n        return super()._block() + 1\n",
+        "class Box:\n    pass\nCACHE: dict[str, Box] = {}\nPAIR: tuple[Box, ...] = ()\n",
+    ],
+    ids=[
+        "is-compiling",
+        "import-is-compiling",
+        "compile-error",
+        "compile-error-attr",
+        "wraps",
+        "own-super-private",
+        "annotations",
+    ],
+)
+def test_honest_uses_next_to_the_new_bans_pass(body: str) -> None:
+    assert codes(HEADER + body + KERNEL) == set()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "torch.compiler.set_stance('force_eager')\n",
+        "c = torch.compiler\n",
+        "from torch.compiler import set_stance\n",
+        "import functools\ndef own(x):\n    return x\nfunctools.wraps(own)(torch.rsqrt)\n",
+        "import functools\ndef deco(fn):\n    @functools.wraps(fn, updated=('__globals__',))\n"
+        "    def inner(*a):\n        return fn(*a)\n    return inner\n",
+        "import enum\nclass E(enum.IntEnum):\n    def go(self):\n        return super()._missing_(1)\n",
+        "class Box:\n    pass\nCACHE: make(Box) = {}\n",
+    ],
+    ids=[
+        "set-stance",
+        "compiler-as-value",
+        "import-set-stance",
+        "wraps-applied-to-foreign",
+        "wraps-updated",
+        "library-super-private",
+        "annotation-call",
+    ],
+)
+def test_the_bans_next_to_them_still_hold(body: str) -> None:
+    assert "forbidden-call" in codes(HEADER + body + KERNEL) | {
+        c for c in codes(HEADER + body + KERNEL) if c == "forbidden-import"
+    } or "forbidden-import" in codes(HEADER + body + KERNEL)

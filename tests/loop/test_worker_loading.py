@@ -93,3 +93,23 @@ def test_evaluate_sends_the_checked_text(tmp_path: Path, monkeypatch) -> None:
     evaluate(load_task("rmsnorm"), [CandidateSpec(path, {}, "dataclass")], "cpu")
     (request,) = sent
     assert request["candidates"][0]["source"] == DATACLASS_CANDIDATE
+
+
+def test_triton_on_the_cpu_runs_only_shipped_or_trusted_code(tmp_path: Path, monkeypatch) -> None:
+    """Under Triton's interpreter a kernel's stores reach any host address, so on the CPU only
+    the task's own files run, unless the user says the code is trusted."""
+    from loop.evaluator import TRUST_INTERPRETER_ENV
+
+    task = load_task("rmsnorm")
+    shipped = task.folder / "triton_rmsnorm.py"
+    copy = tmp_path / "triton_rmsnorm_copy.py"
+    copy.write_text(shipped.read_text() + "\n# edited\n")
+    monkeypatch.delenv(TRUST_INTERPRETER_ENV, raising=False)
+    ev = evaluate(
+        task, [CandidateSpec(shipped, {}, "shipped"), CandidateSpec(copy, {}, "edited")], "cpu"
+    )
+    assert ev.by_label("shipped").accepted, ev.by_label("shipped").reasons
+    assert [r.code for r in ev.by_label("edited").reasons] == ["unsupported-device"]
+    monkeypatch.setenv(TRUST_INTERPRETER_ENV, "1")
+    trusted = evaluate(task, [CandidateSpec(copy, {}, "edited")], "cpu")
+    assert trusted.by_label("edited").accepted, trusted.by_label("edited").reasons

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loop.evaluator import CandidateSpec, Limits, evaluate
+from loop.evaluator import TRUST_INTERPRETER_ENV, CandidateSpec, Limits, evaluate
 from loop.tasks import load_task
 from loop.worker_child import run_child
 from loop.worker_pool import REUSE_ENV, prestart_worker, shutdown_workers
@@ -87,7 +87,8 @@ def test_a_prestarted_worker_serves_the_next_evaluation(task) -> None:
     assert ev.worker_pid == pid
 
 
-def test_a_segfault_costs_only_its_candidate_and_the_worker_serves_on(task) -> None:
+def test_a_segfault_costs_only_its_candidate_and_the_worker_serves_on(task, monkeypatch) -> None:
+    monkeypatch.setenv(TRUST_INTERPRETER_ENV, "1")  # the segfault is a Triton wild store
     crash = CandidateSpec(REDTEAM / "segfaults.py", {}, "segfault")
     ev = evaluate(task, [crash, honest(task)], "cpu", shapes=SHAPES)
     assert codes(ev.by_label("segfault")) == {"crash"}

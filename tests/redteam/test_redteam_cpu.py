@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loop.evaluator import CandidateSpec, Limits, evaluate
+from loop.evaluator import TRUST_INTERPRETER_ENV, CandidateSpec, Limits, evaluate
 from loop.tasks import load_task
 
 HERE = Path(__file__).parent / "candidates"
@@ -159,6 +159,12 @@ STATIC = {
         "forbidden-call",
     ),
     "18-input-class-swapped": ("input_class_swapped.py", "forbidden-call"),
+    # the twelfth red team: raw memory from numpy views, Triton's process-wide launch hooks
+    "9-tolerance-loosened-through-a-numpy-raw-view": (
+        "tolerance_loosened_through_numpy_raw_view.py",
+        "forbidden-call",
+    ),
+    "18-triton-launch-hook-taxes-rivals": ("triton_launch_hook_taxes_rivals.py", "forbidden-call"),
 }
 
 # Rejected by `verify` (one worker for all of them).
@@ -185,6 +191,11 @@ VERIFIED = {
     ),
     "18-input-made-to-require-grad": ("input_made_to_require_grad.py", {"inputs-modified"}),
     "13-no-epsilon": ("drops_eps.py", {"non-finite-output", "mismatch"}),
+    # raw host memory under Triton's interpreter: untrusted Triton does not run on the CPU
+    "9-tolerance-loosened-through-the-triton-interpreter": (
+        "tolerance_loosened_through_triton_interpreter.py",
+        {"unsupported-device"},
+    ),
 }
 
 # Rejected only once timed and re-verified (one worker for all of them).
@@ -307,9 +318,12 @@ def test_fingerprint_cache_is_rejected(timed_ev) -> None:
         assert codes(timed_ev.by_label(entry)) == {"reverify-mismatch"}
 
 
-def test_deaths_cost_only_the_candidate_that_died(task) -> None:
+def test_deaths_cost_only_the_candidate_that_died(task, monkeypatch) -> None:
     """Segfault, SystemExit, hang (in verification) and a segfault in the shared timing process:
-    each rejects its own candidate; the honest one and the peer are verified and timed."""
+    each rejects its own candidate; the honest one and the peer are verified and timed. (The
+    segfaults are wild stores under Triton's interpreter, which the user must trust on the CPU:
+    the static checks leave a candidate no other way to one.)"""
+    monkeypatch.setenv(TRUST_INTERPRETER_ENV, "1")
     ev = evaluate(
         task,
         [*specs(DEADLY), honest(task)],
