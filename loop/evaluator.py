@@ -163,18 +163,19 @@ def _checked(task: Task, spec: CandidateSpec) -> tuple[str | None, list[Reason],
     return report.language, problems, source
 
 
-def language_runs_on(language: str | None, device: str) -> bool:
-    return device == "cuda" or language in ("torch", "triton")
-
-
 # Triton on the CPU runs under Triton's interpreter, where a kernel's loads and stores reach any
 # host address (the harness's tolerance, its verdicts): no check in that process can hold.
 TRUST_INTERPRETER_ENV = "AUTOTUNE_TRUST_TRITON_INTERPRETER"
 
 
-def interpreter_refusal(task: Task, language: str | None, device: str, source: str | None):
-    """Why a Triton candidate may not run on the CPU (None when it may): only the task's own
-    shipped files, byte for byte, or any code when the user says it is trusted."""
+def device_refusal(task: Task, language: str | None, device: str, source: str | None):
+    """Why a candidate in `language` may not run on `device` (None when it may): CUDA and CuPy
+    need a GPU; Triton on the CPU runs only the task's own shipped files, byte for byte, or any
+    code the user says is trusted."""
+    if device != "cuda" and language not in ("torch", "triton"):
+        return reason(
+            "unsupported-device", f"LANGUAGE {language!r} needs a GPU; device is {device}"
+        )
     if device != "cpu" or language != "triton" or os.environ.get(TRUST_INTERPRETER_ENV) == "1":
         return None
     shipped = (f for f in task.folder.glob("*.py") if f.name != "task.py")
@@ -209,13 +210,7 @@ def evaluate(
     to_run = []
     for spec in candidates:
         language, problems, source = _checked(task, spec)
-        if not problems and not language_runs_on(language, device):
-            problems = [
-                reason(
-                    "unsupported-device", f"LANGUAGE {language!r} needs a GPU; device is {device}"
-                )
-            ]
-        refusal = None if problems else interpreter_refusal(task, language, device, source)
+        refusal = None if problems else device_refusal(task, language, device, source)
         if refusal is not None:
             problems = [refusal]
         pre[spec.label] = (language, problems)

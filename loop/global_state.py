@@ -48,12 +48,7 @@ def _raises_warnings(before: tuple, now: tuple) -> bool:
     an "error" filter or default action that is new, or an entry that is not a plain filter."""
     if type(now[0]) is not str or (now[0] == "error" and before[0] != "error"):
         return True
-    old = set(before[1])
-    return any(
-        not _plain_filter(f) or (f[0] == "error" and f not in old)
-        for f in now[1]
-        if f not in old or not _plain_filter(f)
-    )
+    return any(not _plain_filter(f) or (f[0] == "error" and f not in before[1]) for f in now[1])
 
 
 def _items(torch) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None] | None]]:

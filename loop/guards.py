@@ -1064,19 +1064,6 @@ def _plain_annotation(node: ast.AST, parents: dict) -> bool:
     )
 
 
-def _in_annotation(node: ast.AST, parents: dict) -> bool:
-    while node in parents:
-        parent = parents[node]
-        if isinstance(parent, ast.arg) and parent.annotation is node:
-            return True
-        if isinstance(parent, ast.AnnAssign) and parent.annotation is node:
-            return True
-        if isinstance(parent, ast.FunctionDef) and parent.returns is node:
-            return True
-        node = parent
-    return False
-
-
 # Builtins the checks take at their word (getattr with a literal, hasattr as a feature check,
 # type(...) with one argument): the file may not bind these names to something of its own.
 TRUSTED_BUILTINS = {"getattr", "hasattr", "type", "isinstance", "super", "__name__"}
@@ -1118,6 +1105,7 @@ def _rebound_builtins(tree: ast.Module) -> list[Reason]:
 
 
 def _why(text: str | None) -> str:
+    """` (why)` after a reason's subject, or nothing."""
     return f" ({text})" if text else ""
 
 

@@ -392,12 +392,11 @@ def _load_candidate(path: Path, label: str, source: str | None = None):
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    # The tree the static checks passed, compiled here: not the file's own text, whose
-    # self-test block the checks skipped. Compiled without this file's `from __future__` flags
-    # (which would turn the candidate's annotations into strings) and registered in sys.modules
-    # only while its body runs (dataclasses looks its module up there); afterwards no other
-    # candidate can find it there by name.
-    # `source` is the text the static checks passed: the file may have been swapped since.
+    # The tree the static checks passed, compiled here: `source` is the text they read (the
+    # file may have been swapped since), less the self-test block they skipped. Compiled without
+    # this file's `from __future__` flags (which would turn the candidate's annotations into
+    # strings) and registered in sys.modules only while its body runs (dataclasses looks its
+    # module up there); afterwards no other candidate can find it there by name.
     text = source if source is not None else Path(path).read_text()
     tree = guards.without_self_tests(ast.parse(text, filename=str(path)))
     code = compile(tree, str(path), "exec", dont_inherit=True)
@@ -562,10 +561,10 @@ def _layout(t) -> tuple:
     )
 
 
-def _unchanged(inputs: tuple, source: tuple, layouts: list | None = None) -> bool:
-    """Every input buffer still holds exactly the values of `source` (and, given `layouts`, is
-    still the buffer it was)."""
-    if layouts is not None and [_layout(t) for t in inputs] != layouts:
+def _unchanged(inputs: tuple, source: tuple, layouts: list) -> bool:
+    """Every input buffer is still the buffer it was (`layouts`) and holds exactly the values of
+    `source`."""
+    if [_layout(t) for t in inputs] != layouts:
         return False
     return all(a.equal(b) for a, b in zip(inputs, source, strict=True))
 
