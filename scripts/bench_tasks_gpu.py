@@ -1,11 +1,11 @@
-"""GPU runs of the memory-bound tasks (add_rmsnorm, softmax, cross_entropy, swiglu, rope): an
-optional quick sweep that times a short list of each Triton candidate's configurations at the
+"""GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
+rope): an optional quick sweep that times a short list of each Triton candidate's configurations at the
 task's largest shape (one evaluator call per task: verify, then interleaved CUDA-graph timing)
 and keeps the fastest, then `autotune bench` of that configuration against the peers over the
 task's large shapes. Writes one JSON file per step into OUT_DIR and prints a summary line each.
 
     uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]
-        [--peer NAME ...] [--best-from EARLIER_SWEEP_DIR ...]
+        [--peer NAME ...] [--best-from EARLIER_SWEEP_DIR ...] [--e2e-shapes]
 
 --sweep alone (with --no-bench) takes about 3-5 minutes of GPU time for all five tasks.
 """
@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +46,15 @@ def _grid(axes: dict, *extra: dict) -> list[dict]:
 
 
 PLANS = [
+    Plan(
+        "rmsnorm",
+        "triton_rmsnorm.py",
+        ["long-32768x7168", "long-131072x4096", "prefill-4096x4096", "decode-16x7168"],
+        _grid(
+            {"num_warps": [4, 8, 16], "rows_per_program": [1, 2]},
+            {"num_warps": 8, "x_eviction": "evict_first", "chunk": 4096},
+        ),
+    ),
     Plan(
         "add_rmsnorm",
         "triton_add_rmsnorm.py",
@@ -112,6 +121,21 @@ PLANS = [
         ),
     ),
 ]
+
+
+# The shapes the decoder blocks of loop/blocks.py call these ops at, at the sizes of
+# scripts/bench_e2e_block.py (decode at batch 1 and 16, a 4096-token prefill; Llama-3-8B and
+# DeepSeek-V3 widths): benched with --e2e-shapes so the dispatch tables cover the blocks.
+E2E_SHAPES = {
+    "rmsnorm": [
+        f"{m}x{h}" for h in (4096, 7168) for m in ("decode-1", "decode-16", "prefill-4096")
+    ],
+    "swiglu": [
+        f"{m}x{f}" for f in (14336, 18432) for m in ("decode-1", "decode-16", "prefill-4096")
+    ],
+    "rope": [f"{m}x{h}x128" for h in (32, 8) for m in ("decode-1", "decode-16", "prefill-4096")],
+}
+E2E_SHAPES["add_rmsnorm"] = E2E_SHAPES["rmsnorm"]
 
 
 def sweep(plan: Plan, out_dir: Path) -> dict:
@@ -232,6 +256,11 @@ def main() -> int:
         "--candidates", default="", help="Comma-separated candidate files (cupy_softmax.py) [all]."
     )
     parser.add_argument(
+        "--e2e-shapes",
+        action="store_true",
+        help="Also bench the shapes the end-to-end decoder blocks call (E2E_SHAPES).",
+    )
+    parser.add_argument(
         "--best-from",
         action="append",
         default=[],
@@ -247,6 +276,9 @@ def main() -> int:
             continue
         if args.candidates and plan.candidate not in args.candidates.split(","):
             continue
+        if args.e2e_shapes:
+            extra = [s for s in E2E_SHAPES.get(plan.task, []) if s not in plan.shapes]
+            plan = replace(plan, shapes=[*plan.shapes, *extra])
         params = sweep(plan, args.out_dir) if args.sweep else earlier_best(plan, args.best_from)
         if not args.no_bench:
             bench(plan, params, args.peer, args.out_dir)
