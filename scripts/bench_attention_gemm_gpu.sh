@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# On the GPU machine: time the Triton (and CuPy) candidates of skinny_gemm, gqa_decode, mla_decode
-# and prefill_attention against their peers at the headline shapes (`autotune bench`), then a few
-# configs each against one peer in a single worker. One JSON per call goes into DIR (stderr beside
-# it in .err), and a summary is printed last.
+# On the GPU machine: time the Triton (and CuPy) candidates of skinny_gemm, gqa_decode, mla_decode,
+# prefill_attention and fp8_gemm against their peers at the headline shapes (`autotune bench`),
+# then a few configs each against one peer in a single worker. One JSON per call goes into DIR
+# (stderr beside it in .err), and a summary is printed last.
 #
-#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [mla_decode] [prefill_attention]
+#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [mla_decode]
+#       [prefill_attention] [fp8_gemm]
 #
-# No stage named: all five (estimated 5-7 minutes on an H200; split across calls if needed).
+# No stage named: all six (estimated 5-7 minutes on an H200; split across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.
@@ -14,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:?usage: $0 DIR [stage...]}
 shift
-STAGES=${*:-skinny_gemm cupy gqa_decode mla_decode prefill_attention}
+STAGES=${*:-skinny_gemm cupy gqa_decode mla_decode prefill_attention fp8_gemm}
 PER_CALL_S=${PER_CALL_S:-300}
 mkdir -p "$DIR"
 if [ -d .whl ] && [ ! -d /tmp/site ]; then
@@ -65,11 +66,16 @@ PY
 for stage in $STAGES; do
     case "$stage" in
     skinny_gemm)
-        shapes=(m1-n7168-k7168 m16-n7168-k7168 m1-n4096-k14336 m4-n28672-k4096 m16-n18432-k7168
-            m64-n7168-k7168 m256-n7168-k7168)
+        # The Llama-3-8B projections the decoder block calls (qkv, o, gate+up, down) at M 1 and
+        # 16, and DeepSeek-V3's down projection. No torch.compile peer: inductor's matmul is an
+        # extern cuBLAS call, and compiling every shape outran 150 s on the H200.
+        shapes=()
+        for nk in n6144-k4096 n4096-k4096 n28672-k4096 n4096-k14336 n7168-k18432; do
+            shapes+=(m1-$nk m16-$nk)
+        done
         bench skinny_gemm triton_skinny_gemm.py default \
             '{"block_m":16,"block_n":64,"block_k":128,"split_k":4,"num_warps":4,"num_stages":4}' \
-            "--peer cublas --peer eager --peer torch.compile" "${shapes[@]}"
+            "--peer cublas --peer eager" "${shapes[@]}"
         sweep skinny_gemm triton_skinny_gemm.py sweep cublas m1-n7168-k7168,m16-n7168-k7168,m64-n7168-k7168 \
             '{"block_m":16,"block_n":32,"block_k":256,"split_k":2,"num_warps":4,"num_stages":3}' \
             '{"block_m":16,"block_n":128,"block_k":128,"split_k":8,"num_warps":8,"num_stages":4}' \
@@ -115,6 +121,13 @@ for stage in $STAGES; do
             '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}' \
             '{"block_m":128,"block_n":32,"num_warps":4,"num_stages":4}' \
             '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2}'
+        ;;
+    fp8_gemm)
+        # Peers: eager (dequantise, then bf16 F.linear) and scaled-mm (cuBLASLt fp8).
+        bench fp8_gemm triton_fp8_gemm.py default '{}' "--peer eager --peer scaled-mm" \
+            tensor-m1-n8192-k8192 tensor-m16-n4096-k14336 tensor-m128-n8192-k8192 \
+            tensor-m4096-n8192-k8192 block-m1-n7168-k18432 block-m16-n18432-k7168 \
+            block-m128-n18432-k7168 block-m4096-n18432-k7168
         ;;
     *) echo "unknown stage $stage" >&2 ;;
     esac
