@@ -66,3 +66,106 @@ def load(path: Path | str) -> Callable[..., Choice]:
         )
 
     return pick
+
+
+# ------------------------------------------------------------------ tables from bench output
+
+
+def is_bench_doc(doc: object) -> bool:
+    """Whether `doc` looks like what `autotune bench TASK CANDIDATE --json` writes."""
+    return isinstance(doc, dict) and all(
+        k in doc for k in ("task", "verdict", "shapes", "candidate", "peer_verdicts")
+    )
+
+
+def _blocks(verdict: dict, shape: str, where: str) -> list[float]:
+    """The verdict's timed blocks on `shape` ([] when untimed or dropped)."""
+    shapes = verdict.get("shapes")
+    if not isinstance(shapes, dict):
+        raise ValueError(f"{where}: 'shapes' is not an object")
+    result = shapes.get(shape)
+    if not result or result.get("dropped"):
+        return []
+    blocks = result.get("blocks_s") or []
+    if not isinstance(blocks, list) or not all(isinstance(b, int | float) for b in blocks):
+        raise ValueError(f"{where}: 'shapes.{shape}.blocks_s' is not a list of seconds")
+    return [float(b) for b in blocks]
+
+
+def from_benches(task, docs: list[dict], min_effect: float = 0.005) -> tuple[dict, list[dict]]:
+    """The dispatch table for `task` (a loop.tasks.Task) from `autotune bench --json` documents,
+    and one report row per shape. Only accepted documents of this task count. Per shape timed by
+    some document, the candidate with the lowest median block time wins the shape's slot; it
+    then meets the fastest accepted peer of the same document (the same interleaved run) with
+    the rule of the loop's final comparison: the candidate is kept only when the ratio interval
+    is decided `faster` at `min_effect`, else the peer is; with no peer timed, the candidate."""
+    import statistics
+
+    from baselines.stats import decide, ratio_interval, summarize
+
+    mine = [d for d in docs if d.get("task") == task.name and d.get("verdict") == "accepted"]
+    entries, rows = [], []
+    for shape in task.shapes("cuda"):
+        timed = []
+        for i, doc in enumerate(mine):
+            blocks = _blocks(doc, shape.name, f"bench document {i} ({task.name})")
+            if blocks:
+                timed.append((statistics.median(blocks), i, blocks, doc))
+        if not timed:
+            continue
+        median, i, cand, doc = min(timed, key=lambda t: t[:2])
+        where = f"bench document {i} ({task.name})"
+        if not isinstance(doc.get("peer_verdicts"), list):
+            raise ValueError(f"{where}: 'peer_verdicts' is missing or not a list")
+        if not doc.get("candidate"):
+            raise ValueError(f"{where}: 'candidate' (the candidate's path) is missing")
+        peers = {}
+        for p in doc["peer_verdicts"]:
+            if p.get("verdict") == "accepted":
+                blocks = _blocks(p, shape.name, f"{where}, peer {p.get('label')!r}")
+                if blocks:
+                    peers[str(p.get("label"))] = blocks
+        name = Path(str(doc["candidate"])).name
+        params = dict(doc.get("params") or {})
+        winner, best, speedup = "candidate", None, None
+        if peers:
+            best = min(peers, key=lambda label: statistics.median(peers[label]))
+            interval = ratio_interval(peers[best], cand)
+            speedup = {
+                "ratio": interval.ratio,
+                "ci_low": interval.ci_low,
+                "ci_high": interval.ci_high,
+            }
+            if decide(interval, min_effect) != "faster":
+                winner = "peer"
+        entries.append(
+            {
+                "shape": shape.name,
+                "dims": shape.dims,
+                "source": winner,
+                "name": name if winner == "candidate" else best,
+                "params": params if winner == "candidate" else {},
+                "commit": "",
+                "speedup": speedup,
+            }
+        )
+        s = summarize(cand)
+        moved = task.bytes_moved(shape)
+        copy = (doc.get("ceilings") or {}).get("copy_bytes_per_s")
+        rows.append(
+            {
+                "task": task.name,
+                "shape": shape.name,
+                "candidate": name,
+                "params": params,
+                "median_us": s.median * 1e6,
+                "ci_low_us": s.ci_low * 1e6,
+                "ci_high_us": s.ci_high * 1e6,
+                "peers_us": {k: statistics.median(v) * 1e6 for k, v in peers.items()},
+                "best_peer": best,
+                "speedup": speedup,
+                "copy_fraction": moved / median / copy if moved > 0 and copy else None,
+                "winner": winner,
+            }
+        )
+    return build_dispatch(task.name, task.bucket_key, entries), rows

@@ -15,7 +15,8 @@
 #   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
 #   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
 #   allreduce scripts/bench_allreduce_gpu.sh: P2P baselines and the all-reduce task (2+ GPUs)
-#   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; the
+#   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; E2E_DISPATCH,
+#             a folder of dispatch tables, or else the
 #             dispatch tables of an earlier fullrun or run stage in the same call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
@@ -56,7 +57,7 @@ for stage in "$@"; do
         PYTHON=python3 timeout "$(limit "${ALLREDUCE_TIMEOUT:-240}")" bash scripts/bench_allreduce_gpu.sh "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | tail -40
         ;;
     e2e)
-        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$OUT/run" \
+        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "${E2E_DISPATCH:-$OUT/run}" \
             --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
         ;;
     profile)
