@@ -348,6 +348,29 @@ def _contiguous(args: tuple) -> tuple:
     return tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
 
 
+# Tuned kernels run through one opaque custom op, so that `torch.compile` of a tuned block
+# compiles (and fuses) everything around them instead of tracing into, or breaking at, a
+# candidate's launch code: _KERNELS[i] is (kernel, eager op), the eager op giving the outputs'
+# shapes and dtypes while tracing.
+_KERNELS: list[tuple[Callable, Callable]] = []
+
+
+def _as_list(out) -> list[torch.Tensor]:
+    return [t.contiguous() for t in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+@torch.library.custom_op("autotune::tuned_kernel", mutates_args=())
+def _tuned_kernel(args: list[torch.Tensor], index: int) -> list[torch.Tensor]:
+    outs = _as_list(_KERNELS[index][0](*args))
+    ptrs = {a.untyped_storage().data_ptr() for a in args}
+    return [o.clone() if o.untyped_storage().data_ptr() in ptrs else o for o in outs]
+
+
+@_tuned_kernel.register_fake
+def _tuned_kernel_fake(args: list[torch.Tensor], index: int) -> list[torch.Tensor]:
+    return _as_list(_KERNELS[index][1](*args))
+
+
 def _tuned_op(
     op: str,
     table: Path,
@@ -355,11 +378,14 @@ def _tuned_op(
     notes: list[str],
     skip: Callable[[dict, Choice], bool] | None = None,
 ) -> Callable:
-    """`eager` with the dispatch table's choice swapped in, resolved once per distinct dims."""
+    """`eager` with the dispatch table's choice swapped in, resolved once per distinct dims. The
+    choice is made from the arguments' shapes and dtype, a constant while `torch.compile`
+    traces (its blocks are specialised per shape): where a peer wins, the eager op is traced
+    and compiled; where a candidate wins, the compiled graph calls it as one opaque op."""
     task_name, dims_of = _DIMS[op]
     task = load_task(task_name)
     pick = load(table)
-    resolved: dict[tuple, Callable] = {}
+    resolved: dict[tuple, int] = {}
     modules: dict[Path, object] = {}
 
     def resolve(dims: dict) -> Callable:
@@ -388,13 +414,24 @@ def _tuned_op(
         kernel = functools.partial(modules[path].kernel, **choice.params)
         return lambda *args: kernel(*_contiguous(args))
 
+    @torch.compiler.assume_constant_result
+    def index_of(key: tuple) -> int:
+        """-1 for eager, else the kernel's index in _KERNELS."""
+        if key not in resolved:
+            fn = resolve(dict(key))
+            resolved[key] = -1 if fn is eager else len(_KERNELS)
+            if fn is not eager:
+                _KERNELS.append((fn, eager))
+        return resolved[key]
+
+    several = op == "add_rmsnorm"
+
     def run(*args):
-        dims = {**dims_of(*args), "dtype": _dt(args[0])}
-        key = tuple(sorted(dims.items()))
-        fn = resolved.get(key)
-        if fn is None:
-            fn = resolved[key] = resolve(dims)
-        return fn(*args)
+        index = index_of(tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items())))
+        if index < 0:
+            return eager(*args)
+        outs = _tuned_kernel(list(args), index)
+        return tuple(outs) if several else outs[0]
 
     return run
 
@@ -564,14 +601,14 @@ def decoder_block(cfg: BlockConfig, weights: dict[str, torch.Tensor], ops: Ops) 
     return _mla_block(cfg, weights, ops)
 
 
-def compiled_block(block: Block) -> Block:
+def compiled_block(block: Block, backend: str = "inductor") -> Block:
     """torch.compile of `block`'s forward functions (specialised per shape), compiled on first
-    call."""
+    call; a tuned block's kernels stay opaque ops inside the compiled graph."""
     return Block(
         block.cfg,
-        torch.compile(block.decode, dynamic=False),
-        torch.compile(block.prefill, dynamic=False),
-        "compiled",
+        torch.compile(block.decode, dynamic=False, backend=backend),
+        torch.compile(block.prefill, dynamic=False, backend=backend),
+        f"compiled {block.label}" if block.label != "eager" else "compiled",
     )
 
 

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from loop import blocks
 from loop.blocks import (
     LlamaConfig,
     MlaConfig,
     bytes_streamed,
+    compiled_block,
     decoder_block,
     eager_ops,
     make_inputs,
@@ -175,6 +177,41 @@ def test_tuned_torch_candidates_match_eager(cfg, mode: str, tmp_path: Path) -> N
     for task in entries:
         assert f"torch_{task}.py" in used, used
     assert "eager" not in used.replace("tuned ops are the eager", ""), used
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
+    cfg, tmp_path, monkeypatch
+) -> None:
+    """Under torch.compile, each op a candidate wins is one opaque call in the graph (the
+    compiler fuses around it) and an op a peer wins is traced like the eager block's."""
+    entries = _entries(cfg, "decode")
+    for row in entries["swiglu"]:
+        row.update(source="peer", name="torch.compile", params={})
+    _write_tables(tmp_path, entries)
+    graphs = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    weights = make_weights(cfg, "cpu", seed=0)
+    inputs = make_inputs(cfg, "decode", *SIZES["decode"], device="cpu", seed=1)
+    calls = []
+    opaque_op = blocks._tuned_kernel
+    with monkeypatch.context() as m:
+        m.setattr(blocks, "_tuned_kernel", lambda *a: calls.append(a) or opaque_op(*a))
+        decoder_block(cfg, weights, tuned_ops(tmp_path, "cpu")).decode(*inputs)
+    tuned = decoder_block(cfg, weights, tuned_ops(tmp_path, "cpu"))
+    got = compiled_block(tuned, backend=keep_graph).decode(*inputs)
+    want = decoder_block(cfg, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+    assert len(graphs) == 1, "the tuned block compiled with graph breaks"
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    # as many opaque calls as the eager tuned block makes to candidates (every op but swiglu)
+    assert sum("tuned_kernel" in t for t in targets) == len(calls) >= len(entries) - 1
+    assert "silu" in " ".join(targets), "the peer-won swiglu was not traced"
 
 
 def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
