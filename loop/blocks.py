@@ -380,8 +380,9 @@ def _tuned_op(
 ) -> Callable:
     """`eager` with the dispatch table's choice swapped in, resolved once per distinct dims. The
     choice is made from the arguments' shapes and dtype, a constant while `torch.compile`
-    traces (its blocks are specialised per shape): where a peer wins, the eager op is traced
-    and compiled; where a candidate wins, the compiled graph calls it as one opaque op."""
+    traces (its blocks are specialised per shape): where a peer wins, the eager op or the
+    peer's own torch code is traced and compiled; where a candidate wins, the compiled graph
+    calls it as one opaque op."""
     task_name, dims_of = _DIMS[op]
     task = load_task(task_name)
     pick = load(table)
@@ -396,8 +397,15 @@ def _tuned_op(
             notes.append(f"{where}: no dispatch entry, eager")
             return eager
         if choice.source != "candidate":
-            notes.append(f"{where}: peer {choice.name!r} wins, eager")
-            return eager
+            # The winning peer runs: a vendor path (cuBLAS, SDPA with enable_gqa) is the task's
+            # function; torch.compile, or the task's eager, is the block's eager op (compiled in
+            # the compiled tuned block).
+            peer = task.module.PEERS.get(choice.name)
+            if peer is None or choice.name == "eager":
+                notes.append(f"{where}: peer {choice.name!r} wins, eager")
+                return eager
+            notes.append(f"{where}: peer {choice.name!r} wins, the task's {choice.name}")
+            return peer
         if skip is not None and skip(dims, choice):
             notes.append(f"{where}: outside the tuned range ({choice.shape}), eager")
             return eager
@@ -414,13 +422,20 @@ def _tuned_op(
         kernel = functools.partial(modules[path].kernel, **choice.params)
         return lambda *args: kernel(*_contiguous(args))
 
+    traced = [eager]  # torch code torch.compile traces: the eager op, winning peers
+
     @torch.compiler.assume_constant_result
     def index_of(key: tuple) -> int:
-        """-1 for eager, else the kernel's index in _KERNELS."""
+        """-1 - i runs traced[i], torch code the compiler traces; i >= 0 runs _KERNELS[i] as
+        one opaque op."""
         if key not in resolved:
             fn = resolve(dict(key))
-            resolved[key] = -1 if fn is eager else len(_KERNELS)
-            if fn is not eager:
+            if fn is eager or fn in task.module.PEERS.values():
+                if fn not in traced:
+                    traced.append(fn)
+                resolved[key] = -1 - traced.index(fn)
+            else:
+                resolved[key] = len(_KERNELS)
                 _KERNELS.append((fn, eager))
         return resolved[key]
 
@@ -429,7 +444,7 @@ def _tuned_op(
     def run(*args):
         index = index_of(tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items())))
         if index < 0:
-            return eager(*args)
+            return traced[-1 - index](*args)
         outs = _tuned_kernel(list(args), index)
         return tuple(outs) if several else outs[0]
 

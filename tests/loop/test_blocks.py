@@ -226,6 +226,24 @@ def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
     assert any("peer 'torch.compile' wins, eager" in n for n in ops.notes), ops.notes
 
 
+def test_a_vendor_peer_that_wins_runs_instead_of_the_eager_op(tmp_path: Path) -> None:
+    """Where SDPA with enable_gqa beat the candidates, the block runs it, not its own eager
+    attention (which expands the cache to the query heads)."""
+    task = load_task("gqa_decode")
+    if "sdpa-gqa" not in task.module.PEERS:
+        pytest.skip("this torch's SDPA has no enable_gqa")
+    rows = _entries(LLAMA, "decode")["gqa_decode"]
+    for row in rows:
+        row.update(source="peer", name="sdpa-gqa", params={})
+    _write_tables(tmp_path, {"gqa_decode": rows})
+    ops = tuned_ops(tmp_path, "cpu")
+    tuned = _run(LLAMA, ops, "decode")
+    eager = _run(LLAMA, eager_ops(), "decode")
+    for t, e in zip(tuned, eager, strict=True):
+        assert _rel(t, e) < 1e-5
+    assert any("peer 'sdpa-gqa' wins, the task's sdpa-gqa" in n for n in ops.notes), ops.notes
+
+
 def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
     entries = _entries(LLAMA, "decode")
     for row in entries["swiglu"]:
