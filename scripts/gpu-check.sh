@@ -15,9 +15,9 @@
 #   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
 #   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
 #   allreduce scripts/bench_allreduce_gpu.sh: P2P baselines and the all-reduce task (2+ GPUs)
-#   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; E2E_DISPATCH,
-#             a folder of dispatch tables, or else the
-#             dispatch tables of an earlier fullrun or run stage in the same call)
+#   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; the
+#             dispatch tables in E2E_DISPATCH, else those of an earlier fullrun or run stage in
+#             the same call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
 # 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
