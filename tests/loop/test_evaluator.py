@@ -55,6 +55,16 @@ def test_wrong_candidates_get_their_reason_codes(task) -> None:
         assert code in codes(verdict), (name, verdict.reasons)
 
 
+def test_a_size_one_dimension_may_have_any_stride(task) -> None:
+    """A one-row output is laid out the same whatever its row stride (torch.compile's MLA
+    decode returned (512, 512, 1) for a (1, 128, 512) output, and was rejected for it)."""
+    one_row = "decode-1x256"
+    spec = CandidateSpec(HERE / "size_one_strides.py", {}, "size-one")
+    ev = evaluate(task, [spec], "cpu", shapes=[one_row, "decode-7x256"])
+    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+    assert set(ev.verdicts[0].shapes) == {one_row, "decode-7x256"}
+
+
 def test_a_hang_is_a_timeout_for_that_candidate_only(task) -> None:
     ev = evaluate(
         task,
