@@ -11,9 +11,10 @@ Two block kinds, one forward function each for a decode step and for a prefill:
   modelled (a dense FFN of the first layers' width stands in for them).
 
 The ops a block calls live in an `Ops` of plain callables, built three ways: `eager_ops()`
-(plain torch, the tasks' reference math in the block's dtype), `tuned_ops(dispatch_dir)` (per
-call, the dispatch table of the op's task picks a tuned candidate by the call's dims) and
-`compiled_block` (torch.compile of the eager block's forward).
+(plain torch, the tasks' reference math in the block's dtype) and `tuned_ops(dispatch_dir)` (per
+call, the dispatch table of the op's task picks what won at the call's dims: a tuned candidate,
+a vendor peer, or the eager op); `compiled_block` is torch.compile of a block's forward, the
+tuned kernels opaque ops inside it.
 
 A decode step takes the KV cache as an input that already holds the new token's slot (the
 append is the caller's job): it attends over the whole cache and returns the new token's
