@@ -362,14 +362,25 @@ def _as_list(out) -> list[torch.Tensor]:
 
 @torch.library.custom_op("autotune::tuned_kernel", mutates_args=())
 def _tuned_kernel(args: list[torch.Tensor], index: int) -> list[torch.Tensor]:
-    outs = _as_list(_KERNELS[index][0](*args))
-    ptrs = {a.untyped_storage().data_ptr() for a in args}
-    return [o.clone() if o.untyped_storage().data_ptr() in ptrs else o for o in outs]
+    # A custom op's outputs may share memory with neither its inputs nor each other (a kernel
+    # may return two views of one buffer, which the evaluator accepts).
+    seen = {a.untyped_storage().data_ptr() for a in args}
+    outs = []
+    for out in _as_list(_KERNELS[index][0](*args)):
+        if out.untyped_storage().data_ptr() in seen:
+            out = out.clone()
+        seen.add(out.untyped_storage().data_ptr())
+        outs.append(out)
+    return outs
 
 
 @_tuned_kernel.register_fake
 def _tuned_kernel_fake(args: list[torch.Tensor], index: int) -> list[torch.Tensor]:
     return _as_list(_KERNELS[index][1](*args))
+
+
+class _OpToken:
+    """Stands for one tuned op in the calls dynamo traces (guarded by identity)."""
 
 
 def _tuned_op(
@@ -424,9 +435,13 @@ def _tuned_op(
         return lambda *args: kernel(*_contiguous(args))
 
     traced = [eager]  # torch code torch.compile traces: the eager op, winning peers
+    # Every tuned op's `run` shares one code object, and an assumed-constant result is not
+    # guarded: passing this op's own object makes dynamo guard on it, so a block compiled from
+    # another table never reuses this one's graph.
+    this_op = _OpToken()
 
     @torch.compiler.assume_constant_result
-    def index_of(key: tuple) -> int:
+    def index_of(op_token: object, key: tuple) -> int:
         """-1 - i runs traced[i], torch code the compiler traces; i >= 0 runs _KERNELS[i] as
         one opaque op."""
         if key not in resolved:
@@ -443,7 +458,7 @@ def _tuned_op(
     several = op == "add_rmsnorm"
 
     def run(*args):
-        index = index_of(tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items())))
+        index = index_of(this_op, tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items())))
         if index < 0:
             return traced[-1 - index](*args)
         outs = _tuned_kernel(list(args), index)
@@ -478,8 +493,9 @@ def _gqa_prefill(kernel: Callable) -> Callable:
 def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu") -> Ops:
     """Eager ops with, for each op whose task has `dispatch-<task>.json` in `dispatch_dir` (the
     run directory of `autotune run`), the table's winning candidate and params for the call's
-    dims. Where the table names a peer, has no entry for the dims, or there is no table, the
-    op stays eager; `ops.notes` says what each op resolved to."""
+    dims. Where the table names a vendor peer (SDPA with enable_gqa, cuBLAS), that peer's
+    function runs; where it names eager or torch.compile, has no entry for the dims, or there
+    is no table, the op stays eager; `ops.notes` says what each op resolved to."""
     del device  # candidates run on their inputs' device
     ops = eager_ops()
     ops.label = "tuned"

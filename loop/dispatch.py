@@ -92,20 +92,41 @@ def _blocks(verdict: dict, shape: str, where: str) -> list[float]:
     return [float(b) for b in blocks]
 
 
-def from_benches(task, docs: list[dict], min_effect: float = 0.005) -> tuple[dict, list[dict]]:
+def from_benches(
+    task, docs: list[dict], min_effect: float = 0.005, device: str = "cuda"
+) -> tuple[dict, list[dict]]:
     """The dispatch table for `task` (a loop.tasks.Task) from `autotune bench --json` documents,
     and one report row per shape. Only accepted documents of this task count. Per shape timed by
     some document, the candidate with the lowest median block time wins the shape's slot; it
     then meets the fastest accepted peer of the same document (the same interleaved run) with
     the rule of the loop's final comparison: the candidate is kept only when the ratio interval
-    is decided `faster` at `min_effect`, else the peer is; with no peer timed, the candidate."""
+    is decided `faster` at `min_effect`, else the peer is; with no peer timed, the candidate.
+    Documents of another device kind are left out. A table names a candidate by file name, which
+    model code loads from the task's folder: a candidate benched from anywhere else is an
+    error."""
     import statistics
 
     from baselines.stats import decide, ratio_interval, summarize
 
-    mine = [d for d in docs if d.get("task") == task.name and d.get("verdict") == "accepted"]
+    kind = device.split(":")[0]
+    mine = [
+        d
+        for d in docs
+        if d.get("task") == task.name
+        and d.get("verdict") == "accepted"
+        and str(d.get("device", kind)).split(":")[0] == kind
+    ]
+    for i, doc in enumerate(mine):
+        path = Path(str(doc.get("candidate") or ""))
+        # the task's folder of some checkout (benches run from a clone on the GPU machine)
+        shipped = path.parts[-3:-1] == task.folder.parts[-2:]
+        if not shipped or not (task.folder / path.name).is_file():
+            raise ValueError(
+                f"bench document {i} ({task.name}): candidate {str(path)!r} is not a file of "
+                f"the task's folder {task.folder}; a dispatch table can only name those"
+            )
     entries, rows = [], []
-    for shape in task.shapes("cuda"):
+    for shape in task.shapes(kind):
         timed = []
         for i, doc in enumerate(mine):
             blocks = _blocks(doc, shape.name, f"bench document {i} ({task.name})")

@@ -253,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                     msg = f"{msg}{type(exc).__name__}: {exc}"[:600]
                     print(f"FAILED {msg}", flush=True)
                     doc["errors"].append(msg)
-                    gc.collect()
-                    torch.cuda.empty_cache()
+                # out of the handler: its traceback holds the failed size's graphs and inputs
+                gc.collect()
+                torch.cuda.empty_cache()
             if row is None:
                 doc["failed"].append(f"{kind} {mode} b{batch} L{length}")
                 continue

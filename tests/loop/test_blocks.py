@@ -226,6 +226,82 @@ def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
     assert any("peer 'torch.compile' wins, eager" in n for n in ops.notes), ops.notes
 
 
+def test_blocks_compiled_from_two_tables_get_their_own_graphs(tmp_path: Path) -> None:
+    """The kernel an op resolved to is a constant of the traced graph: a block built from another
+    table (here: the eager peer everywhere) must compile its own graph, not reuse the first."""
+    with_candidates, with_peers = tmp_path / "a", tmp_path / "b"
+    _write_tables(with_candidates, _entries(LLAMA, "decode"))
+    entries = _entries(LLAMA, "decode")
+    for rows in entries.values():
+        for row in rows:
+            row.update(source="peer", name="eager", params={})
+    _write_tables(with_peers, entries)
+    graphs = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def opaque_calls(gm) -> int:
+        return sum("tuned_kernel" in str(n.target) for n in gm.graph.nodes)
+
+    weights = make_weights(LLAMA, "cpu", seed=0)
+    inputs = make_inputs(LLAMA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    for folder in (with_candidates, with_peers):
+        block = decoder_block(LLAMA, weights, tuned_ops(folder, "cpu"))
+        compiled_block(block, backend=keep_graph).decode(*inputs)
+    assert len(graphs) == 2, "the second table's block reused the first one's graph"
+    assert opaque_calls(graphs[0]) > 0
+    assert opaque_calls(graphs[1]) == 0
+
+
+def _git_commit_file(repo: Path, relative: str, text: str) -> str:
+    (repo / relative).parent.mkdir(parents=True, exist_ok=True)
+    (repo / relative).write_text(text)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "edit")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+HALVES_OF_ONE_BUFFER = """
+import torch
+
+LANGUAGE = "torch"
+
+
+def kernel(x, residual, weight):
+    both = torch.empty((2, *x.shape), dtype=x.dtype, device=x.device)
+    torch.add(x, residual, out=both[1])
+    h = both[1].float()
+    both[0].copy_(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float())
+    return both[0], both[1]
+"""
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["tuned", "compiled-tuned"])
+def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp_path) -> None:
+    """The evaluator accepts two outputs that are views of one buffer; the opaque op must too."""
+    commit = _git_commit_file(
+        tmp_path / "workspace" / "study", "add_rmsnorm/halves.py", HALVES_OF_ONE_BUFFER
+    )
+    rows = _entries(LLAMA, "decode")["add_rmsnorm"]
+    for row in rows:
+        row.update(name="halves.py", params={}, commit=commit)
+    _write_tables(tmp_path, {"add_rmsnorm": rows})
+    weights = make_weights(LLAMA, "cpu", seed=0)
+    inputs = make_inputs(LLAMA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    ops = tuned_ops(tmp_path, "cpu")
+    block = decoder_block(LLAMA, weights, ops)
+    if compiled:
+        block = compiled_block(block, backend="aot_eager")
+    got = block.decode(*inputs)
+    want = decoder_block(LLAMA, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+    assert any("halves.py (workspace commit)" in n for n in ops.notes), ops.notes
+
+
 def test_a_vendor_peer_that_wins_runs_instead_of_the_eager_op(tmp_path: Path) -> None:
     """Where SDPA with enable_gqa beat the candidates, the block runs it, not its own eager
     attention (which expands the cache to the query heads)."""

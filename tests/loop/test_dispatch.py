@@ -120,7 +120,8 @@ def test_from_benches_ignores_rejected_docs_and_takes_the_fastest_candidate() ->
     # the fastest candidate meets the peer of its own run, not the faster peer of another run
     fast = _doc({DECODE: 6e-6}, {"torch.compile": {DECODE: 9e-6}}, {"chunk_rows": 0})
     other_task = {**_doc({DECODE: 1e-7}, {}), "task": "add_rmsnorm"}
-    table, rows = from_benches(task, [rejected, slow, fast, other_task])
+    other_device = {**_doc({DECODE: 1e-7}, {}), "device": "cpu"}
+    table, rows = from_benches(task, [rejected, slow, fast, other_task, other_device])
     entries = _by_shape(table)
     assert entries[DECODE]["source"] == "candidate"
     assert entries[DECODE]["params"] == {"chunk_rows": 0}
@@ -135,6 +136,15 @@ def test_from_benches_names_a_malformed_field() -> None:
     doc = _doc({DECODE: 5e-6}, {})
     doc["peer_verdicts"] = None
     with pytest.raises(ValueError, match="peer_verdicts"):
+        from_benches(load_task("rmsnorm"), [doc])
+
+
+def test_from_benches_refuses_a_candidate_from_outside_the_task_folder(tmp_path) -> None:
+    """A table names a file of the task's folder: an edited copy benched elsewhere would be
+    swapped for the shipped file of the same name."""
+    doc = _doc({DECODE: 5e-6}, {"torch.compile": {DECODE: 8e-6}})
+    doc["candidate"] = str(tmp_path / "rmsnorm" / "torch_rmsnorm.py")
+    with pytest.raises(ValueError, match="not a file of the task's folder"):
         from_benches(load_task("rmsnorm"), [doc])
 
 
