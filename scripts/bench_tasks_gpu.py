@@ -108,6 +108,9 @@ PLANS = [
             {"block": 2048, "num_warps": 4, "rows_per_program": 2},
             {"block": 2048, "num_warps": 4, "load_eviction": ""},
             {"block": 2048, "num_warps": 4, "store_cache": ".cs"},
+            {"block": 2048, "num_warps": 4, "load_eviction": "", "order": "memory"},
+            {"block": 1024, "num_warps": 4, "load_eviction": "", "order": "memory"},
+            {"block": 4096, "num_warps": 8, "load_eviction": "", "order": "memory"},
         ),
     ),
     Plan(

@@ -1,5 +1,8 @@
 """SwiGLU in Triton: a program takes `block` columns of `rows_per_program` rows, reads gate and up
-once each, writes silu(gate) * up once; float32 arithmetic."""
+once each, writes silu(gate) * up once; float32 arithmetic. `order` is how programs are laid
+out: "rows" (a column block of every row, then the next column block) or "memory" (a row's
+column blocks one after another, the order the matrix lies in memory, as torch.compile's
+flattened pointwise kernels walk it)."""
 
 import torch
 import triton
@@ -12,19 +15,27 @@ PARAMS = {
     "rows_per_program": [1, 2, 4],
     "load_eviction": ["", "evict_first"],
     "store_cache": ["", ".cs"],
+    "order": ["rows", "memory"],
 }
 
 
 @triton.jit
 def _swiglu(
-    x_ptr, y_ptr, n_rows, ffn, stride_x, stride_y,
+    x_ptr, y_ptr, n_rows, ffn, stride_x, stride_y, col_blocks,
     BLOCK: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr, STORE: tl.constexpr,
+    MEMORY_ORDER: tl.constexpr,
 ):  # fmt: skip
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    if MEMORY_ORDER:
+        row_block = tl.program_id(0) // col_blocks
+        col_block = tl.program_id(0) % col_blocks
+    else:
+        row_block = tl.program_id(0)
+        col_block = tl.program_id(1)
+    cols = col_block * BLOCK + tl.arange(0, BLOCK)
     mask = cols < ffn
     for r in range(ROWS):
         # The last program repeats the final row instead of masking rows: same values, no race.
-        row = tl.minimum(tl.program_id(0) * ROWS + r, n_rows - 1).to(tl.int64)
+        row = tl.minimum(row_block * ROWS + r, n_rows - 1).to(tl.int64)
         x_row = x_ptr + row * stride_x
         gate = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
         up = tl.load(x_row + ffn + cols, mask=mask, other=0.0, eviction_policy=EVICT)
@@ -44,14 +55,17 @@ def kernel(
     rows_per_program: int = 1,
     load_eviction: str = "evict_first",
     store_cache: str = "",
+    order: str = "rows",
 ) -> torch.Tensor:
     n_rows, width = x.shape
     ffn = width // 2
     y = torch.empty(n_rows, ffn, dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(n_rows, rows_per_program), triton.cdiv(ffn, block))
+    row_blocks, col_blocks = triton.cdiv(n_rows, rows_per_program), triton.cdiv(ffn, block)
+    memory = order == "memory"
+    grid = (row_blocks * col_blocks,) if memory else (row_blocks, col_blocks)
     _swiglu[grid](
-        x, y, n_rows, ffn, x.stride(0), y.stride(0),
+        x, y, n_rows, ffn, x.stride(0), y.stride(0), col_blocks,
         BLOCK=block, ROWS=rows_per_program, EVICT=load_eviction, STORE=store_cache,
-        num_warps=num_warps,
+        MEMORY_ORDER=memory, num_warps=num_warps,
     )  # fmt: skip
     return y

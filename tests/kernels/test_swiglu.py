@@ -61,6 +61,7 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
         [
             ("torch_swiglu.py", {"compute": "input"}),
             ("triton_swiglu.py", {"block": 512, "rows_per_program": 4, "store_cache": ".cs"}),
+            ("triton_swiglu.py", {"block": 512, "rows_per_program": 2, "order": "memory"}),
         ],
         WRONG,
         tmp_path,
