@@ -186,6 +186,7 @@ def from_benches(
                 "best_peer": best,
                 "speedup": speedup,
                 "copy_fraction": moved / median / copy if moved > 0 and copy else None,
+                "tflops": task.flops(shape) / median / 1e12,
                 "winner": winner,
             }
         )

@@ -56,7 +56,7 @@ def markdown(task: str, rows: list[dict]) -> str:
     """The report of one task: a row per shape, then which shapes the peers keep."""
     peers = sorted({p for r in rows for p in r["peers_us"]})
     head = ["shape", "candidate", "candidate us [95% CI]", *(f"{p} us" for p in peers)]
-    head += ["best peer", "speedup [95% CI]", "% copy BW", "winner"]
+    head += ["best peer", "speedup [95% CI]", "% copy BW", "TFLOP/s", "winner"]
     lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         sp = r["speedup"]
@@ -68,6 +68,7 @@ def markdown(task: str, rows: list[dict]) -> str:
             r["best_peer"] or "-",
             f"{sp['ratio']:.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]" if sp else "-",
             _percent(r["copy_fraction"]),
+            f"{r['tflops']:.1f}" if r["tflops"] else "-",
             r["winner"],
         ]
         lines.append("| " + " | ".join(cells) + " |")

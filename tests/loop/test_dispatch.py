@@ -111,6 +111,7 @@ def test_from_benches_keeps_the_candidate_where_it_is_clearly_faster() -> None:
     assert row["peers_us"]["eager"] == pytest.approx(3000.0)
     shape = next(s for s in task.shapes("cuda") if s.name == LONG)
     assert row["copy_fraction"] == pytest.approx(task.bytes_moved(shape) / 4e-4 / COPY)
+    assert row["tflops"] == pytest.approx(task.flops(shape) / 4e-4 / 1e12)
 
 
 def test_from_benches_ignores_rejected_docs_and_takes_the_fastest_candidate() -> None:
