@@ -86,7 +86,12 @@ class Task:
             for s in shapes
         ]
 
-    def tolerance(self, dtype: str) -> float:
+    def tolerance(self, dtype: str, peer: bool = False) -> float:
+        """The largest relative error a candidate may have in `dtype`; for a peer, the task's
+        optional `PEER_TOLERANCE` where it names the dtype (a peer is the ecosystem's code as it
+        ships: it is timed, and its error reported, if it is within that)."""
+        if peer and dtype in getattr(self.module, "PEER_TOLERANCE", {}):
+            return float(self.module.PEER_TOLERANCE[dtype])
         return float(self.module.TOLERANCE[dtype])
 
     def output_dtypes(self, shape: Shape, count: int) -> list[str]:

@@ -17,6 +17,9 @@ import math
 import torch
 
 TOLERANCE = {"bfloat16": 1e-2, "float16": 3e-3, "float32": 2e-5, "float64": 1e-12}
+# The peers as they ship: DeepSeek-V3's own decode forms scores and probabilities in bf16, a
+# relative error of 0.019-0.022 on the H200 (2026-11-30), torch.compile of it 0.010-0.013.
+PEER_TOLERANCE = {"bfloat16": 3e-2}
 
 # DeepSeek-V3: 128 heads, kv_lora_rank 512, rope 64, qk_nope_head_dim 128.
 SCALE_DIM = 192

@@ -16,6 +16,7 @@ TASK = textwrap.dedent(
 
     SHAPES = {"cpu": [{"name": f"n{n}", "n": n, "dtype": "float32"} for n in (3, 5, 8)]}
     TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
+    PEER_TOLERANCE = {"float32": 1e-2}
 
 
     def make_inputs(shape, seed, device):
@@ -61,7 +62,12 @@ TASK = textwrap.dedent(
         raise RuntimeError("no GPU here")
 
 
-    PEERS = {"good": good, "fails-on-five": fails_on_five, "gpu-only": gpu_only}
+    def a_bit_off(x):
+        return x * 2.002, x.double().sum(dim=-1)
+
+
+    PEERS = {"good": good, "fails-on-five": fails_on_five, "gpu-only": gpu_only,
+             "a-bit-off": a_bit_off}
     PEER_DEVICES = {"gpu-only": ["cuda"]}
     """
 )
@@ -144,6 +150,22 @@ def test_bytes_read_and_written_apart(task) -> None:
 def test_output_dtypes_must_match_the_outputs(task) -> None:
     with pytest.raises(TaskError, match="output_dtypes"):
         task.output_dtypes(task.shapes("cpu")[0], 3)
+
+
+def test_a_peer_is_held_to_the_peer_tolerance_and_a_candidate_is_not(task) -> None:
+    """Off by 0.1 %: within PEER_TOLERANCE (1e-2) for the peer, which is timed with its error
+    on record; over TOLERANCE (1e-6) for a candidate doing the same."""
+    off = task.folder / "a_bit_off.py"
+    off.write_text(CANDIDATE.replace("return x * 2.0,", "return x * 2.002,"))
+    ev = evaluate(
+        task, [CandidateSpec(off, {}, "off")], "cpu", time_it=True, peers=["a-bit-off"], rule=RULE
+    )
+    peer = ev.by_label("a-bit-off")
+    assert peer.accepted, peer.reasons
+    assert all(s.blocks_s and 5e-4 < s.rel_err < 2e-3 for s in peer.shapes.values())
+    assert codes(ev.by_label("off")) == {"mismatch"}
+    assert task.tolerance("float32", peer=True) == 1e-2 and task.tolerance("float32") == 1e-6
+    assert task.tolerance("float64", peer=True) == 1e-12  # no peer tolerance for float64
 
 
 def test_several_seeds_find_a_rarely_wrong_candidate(task) -> None:
