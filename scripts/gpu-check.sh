@@ -15,9 +15,11 @@
 #   aa      scripts/aa_decisions.py: A/A and 1 % slowdown decisions, their cost, per-shape bias
 #   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
 #   allreduce scripts/bench_allreduce_gpu.sh: P2P baselines and the all-reduce task (2+ GPUs)
+#   dispatch  scripts/dispatch_from_bench.py: dispatch tables and their Markdown from the bench
+#             JSON of earlier memtasks/gemmattn stages in the same call (and DISPATCH_FROM folders)
 #   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; the
-#             dispatch tables in E2E_DISPATCH, else those of an earlier fullrun or run stage in
-#             the same call)
+#             dispatch tables in E2E_DISPATCH, else those of an earlier dispatch, fullrun or run
+#             stage in the same call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
 # 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
@@ -56,8 +58,15 @@ for stage in "$@"; do
     allreduce)
         PYTHON=python3 timeout "$(limit "${ALLREDUCE_TIMEOUT:-240}")" bash scripts/bench_allreduce_gpu.sh "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | tail -40
         ;;
+    dispatch)
+        sources=()
+        for d in "$OUT/memtasks" "$OUT/gemmattn" ${DISPATCH_FROM:-}; do [ -e "$d" ] && sources+=("$d"); done
+        timeout "$(limit 120)" python3 scripts/dispatch_from_bench.py "$OUT/dispatch" "${sources[@]}" \
+            --markdown "$OUT/dispatch/dispatch.md" 2>&1 | tee "$OUT/dispatch.log" | grep -v '^|' | tail -20
+        ;;
     e2e)
-        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "${E2E_DISPATCH:-$OUT/run}" \
+        tables=${E2E_DISPATCH:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
+        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
             --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
         ;;
     profile)
