@@ -183,6 +183,10 @@ def from_benches(
                 "ci_low_us": s.ci_low * 1e6,
                 "ci_high_us": s.ci_high * 1e6,
                 "peers_us": {k: statistics.median(v) * 1e6 for k, v in peers.items()},
+                "peers_ci_us": {
+                    k: [ps.ci_low * 1e6, ps.ci_high * 1e6]
+                    for k, ps in ((k, summarize(v)) for k, v in peers.items())
+                },
                 "best_peer": best,
                 "speedup": speedup,
                 "copy_fraction": moved / median / copy if moved > 0 and copy else None,

@@ -52,10 +52,17 @@ def _percent(fraction: float | None) -> str:
     return f"{100 * fraction:.1f}%" if fraction < 0.1 else f"{100 * fraction:.0f}%"
 
 
+def _peer(row: dict, peer: str) -> str:
+    if peer not in row["peers_us"]:
+        return "-"
+    low, high = row["peers_ci_us"][peer]
+    return f"{row['peers_us'][peer]:.2f} [{low:.2f}, {high:.2f}]"
+
+
 def markdown(task: str, rows: list[dict]) -> str:
     """The report of one task: a row per shape, then which shapes the peers keep."""
     peers = sorted({p for r in rows for p in r["peers_us"]})
-    head = ["shape", "candidate", "candidate us [95% CI]", *(f"{p} us" for p in peers)]
+    head = ["shape", "candidate", "candidate us [95% CI]", *(f"{p} us [95% CI]" for p in peers)]
     head += ["best peer", "speedup [95% CI]", "% copy BW", "TFLOP/s", "winner"]
     lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -64,7 +71,7 @@ def markdown(task: str, rows: list[dict]) -> str:
             r["shape"],
             f"{r['candidate']} {_params(r['params'])}".strip(),
             f"{r['median_us']:.2f} [{r['ci_low_us']:.2f}, {r['ci_high_us']:.2f}]",
-            *(f"{r['peers_us'][p]:.2f}" if p in r["peers_us"] else "-" for p in peers),
+            *(_peer(r, p) for p in peers),
             r["best_peer"] or "-",
             f"{sp['ratio']:.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]" if sp else "-",
             _percent(r["copy_fraction"]),

@@ -109,6 +109,8 @@ def test_from_benches_keeps_the_candidate_where_it_is_clearly_faster() -> None:
     assert row["median_us"] == pytest.approx(400.0)
     assert row["ci_low_us"] <= row["median_us"] <= row["ci_high_us"]
     assert row["peers_us"]["eager"] == pytest.approx(3000.0)
+    low, high = row["peers_ci_us"]["eager"]
+    assert low <= 3000.0 <= high and high - low < 3000.0 * 0.01
     shape = next(s for s in task.shapes("cuda") if s.name == LONG)
     assert row["copy_fraction"] == pytest.approx(task.bytes_moved(shape) / 4e-4 / COPY)
     assert row["tflops"] == pytest.approx(task.flops(shape) / 4e-4 / 1e12)
