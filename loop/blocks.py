@@ -398,16 +398,17 @@ def _tuned_op(
     task_name, dims_of = _DIMS[op]
     task = load_task(task_name)
     pick = load(table)
-    resolved: dict[tuple, int] = {}
     modules: dict[Path, object] = {}
 
-    def resolve(dims: dict) -> Callable:
+    def resolve(dims: dict) -> tuple[Callable, bool]:
+        """What runs at `dims`, and whether it is a candidate's kernel (opaque to the compiler)
+        rather than torch code the compiler traces."""
         where = f"{op} ({task_name}) at {dims}"
         try:
             choice = pick(**dims)
         except LookupError:
             notes.append(f"{where}: no dispatch entry, eager")
-            return eager
+            return eager, False
         if choice.source != "candidate":
             # The winning peer runs: a vendor path (cuBLAS, SDPA with enable_gqa) is the task's
             # function; torch.compile, or the task's eager, is the block's eager op (compiled in
@@ -415,54 +416,55 @@ def _tuned_op(
             peer = task.module.PEERS.get(choice.name)
             if peer is None or choice.name == "eager":
                 notes.append(f"{where}: peer {choice.name!r} wins, eager")
-                return eager
+                return eager, False
             notes.append(f"{where}: peer {choice.name!r} wins, the task's {choice.name}")
-            return peer
+            return peer, False
         if skip is not None and skip(dims, choice):
             notes.append(f"{where}: outside the tuned range ({choice.shape}), eager")
-            return eager
+            return eager, False
         path = _workspace_source(table.parent.resolve(), task_name, choice.commit, choice.name)
         origin = "workspace commit"
         if path is None:
             path, origin = task.folder / choice.name, "task folder"
         if not path.is_file():
             notes.append(f"{where}: candidate {choice.name} not in {task.folder}, eager")
-            return eager
+            return eager, False
         if path not in modules:
             modules[path] = _load_module(path)
         notes.append(f"{where}: {choice.name} ({origin}) {choice.params} (tuned on {choice.shape})")
         kernel = functools.partial(modules[path].kernel, **choice.params)
-        return lambda *args: kernel(*_contiguous(args))
+        return (lambda *args: kernel(*_contiguous(args))), True
 
-    traced = [eager]  # torch code torch.compile traces: the eager op, winning peers
+    # What the compiler traces is fixed before any tracing: dynamo reads a list once per frame,
+    # so one that grew between two call sites of this op would be read stale. Kernels go into
+    # _KERNELS, which only the custom op reads.
+    traced = [eager, *task.module.PEERS.values()]
+    resolved: dict[tuple, tuple[int | None, int | None]] = {}
     # Every tuned op's `run` shares one code object, and an assumed-constant result is not
     # guarded: passing this op's own object makes dynamo guard on it, so a block compiled from
     # another table never reuses this one's graph.
     this_op = _OpToken()
 
     @torch.compiler.assume_constant_result
-    def index_of(op_token: object, key: tuple) -> int:
-        """-1 - i runs traced[i], torch code the compiler traces; i >= 0 runs _KERNELS[i] as
-        one opaque op."""
+    def index_of(op_token: object, key: tuple) -> tuple[int | None, int | None]:
+        """(i, None) runs traced[i], torch code the compiler traces; (None, i) runs _KERNELS[i]
+        as one opaque op."""
         if key not in resolved:
-            fn = resolve(dict(key))
-            if fn is eager or fn in task.module.PEERS.values():
-                if fn not in traced:
-                    traced.append(fn)
-                resolved[key] = -1 - traced.index(fn)
-            else:
-                resolved[key] = len(_KERNELS)
+            fn, opaque = resolve(dict(key))
+            if opaque:
                 _KERNELS.append((fn, eager))
+                resolved[key] = (None, len(_KERNELS) - 1)
+            else:
+                resolved[key] = (traced.index(fn), None)
         return resolved[key]
 
-    several = op == "add_rmsnorm"
-
     def run(*args):
-        index = index_of(this_op, tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items())))
-        if index < 0:
-            return traced[-1 - index](*args)
-        outs = _tuned_kernel(list(args), index)
-        return tuple(outs) if several else outs[0]
+        key = tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items()))
+        traced_index, kernel_index = index_of(this_op, key)
+        if kernel_index is None:
+            return traced[traced_index](*args)
+        outs = _tuned_kernel(list(args), kernel_index)
+        return tuple(outs) if len(outs) > 1 else outs[0]
 
     return run
 

@@ -179,6 +179,17 @@ def test_tuned_torch_candidates_match_eager(cfg, mode: str, tmp_path: Path) -> N
     assert "eager" not in used.replace("tuned ops are the eager", ""), used
 
 
+def _graph_keeper() -> tuple[list, object]:
+    """A torch.compile backend that runs each graph as traced, and the list it keeps them in."""
+    graphs: list = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return graphs, keep_graph
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
 def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
     cfg, tmp_path, monkeypatch
@@ -189,12 +200,7 @@ def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
     for row in entries["swiglu"]:
         row.update(source="peer", name="torch.compile", params={})
     _write_tables(tmp_path, entries)
-    graphs = []
-
-    def keep_graph(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
+    graphs, keep_graph = _graph_keeper()
     weights = make_weights(cfg, "cpu", seed=0)
     inputs = make_inputs(cfg, "decode", *SIZES["decode"], device="cpu", seed=1)
     calls = []
@@ -226,6 +232,25 @@ def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
     assert any("peer 'torch.compile' wins, eager" in n for n in ops.notes), ops.notes
 
 
+def test_two_peers_winning_at_call_sites_of_one_op_compile_into_one_graph(tmp_path) -> None:
+    """cuBLAS kept at one projection and eager at the others, compiled with no eager run before:
+    every choice the compiler traces must be readable when the first call site is traced."""
+    rows = _entries(LLAMA, "decode")["skinny_gemm"]
+    for i, row in enumerate(rows):
+        row.update(source="peer", name="cublas" if i == 2 else "eager", params={})
+    _write_tables(tmp_path, {"skinny_gemm": rows})
+    graphs, keep_graph = _graph_keeper()
+    weights = make_weights(LLAMA, "cpu", seed=0)
+    inputs = make_inputs(LLAMA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    ops = tuned_ops(tmp_path, "cpu")
+    got = compiled_block(decoder_block(LLAMA, weights, ops), backend=keep_graph).decode(*inputs)
+    want = decoder_block(LLAMA, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+    assert len(graphs) == 1, "the tuned block compiled with graph breaks"
+    assert any("peer 'cublas' wins, the task's cublas" in n for n in ops.notes), ops.notes
+
+
 def test_blocks_compiled_from_two_tables_get_their_own_graphs(tmp_path: Path) -> None:
     """The kernel an op resolved to is a constant of the traced graph: a block built from another
     table (here: the eager peer everywhere) must compile its own graph, not reuse the first."""
@@ -236,11 +261,7 @@ def test_blocks_compiled_from_two_tables_get_their_own_graphs(tmp_path: Path) ->
         for row in rows:
             row.update(source="peer", name="eager", params={})
     _write_tables(with_peers, entries)
-    graphs = []
-
-    def keep_graph(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs, keep_graph = _graph_keeper()
 
     def opaque_calls(gm) -> int:
         return sum("tuned_kernel" in str(n.target) for n in gm.graph.nodes)
@@ -388,18 +409,12 @@ def _git(repo: Path, *args: str) -> str:
 
 def test_tuned_source_comes_from_the_run_workspace_commit(tmp_path: Path) -> None:
     """A candidate the loop edited is run as committed in the run's workspace, not as shipped."""
-    repo = tmp_path / "workspace" / "study"
-    (repo / "rmsnorm").mkdir(parents=True)
     shipped = (load_task("rmsnorm").folder / "torch_rmsnorm.py").read_text()
     edited = shipped.replace(
         "return (xf * inv * weight.float())", "return (2 * xf * inv * weight.float())"
     )
     assert edited != shipped
-    (repo / "rmsnorm" / "torch_rmsnorm.py").write_text(edited)
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "edit")
-    commit = _git(repo, "rev-parse", "HEAD")
+    commit = _git_commit_file(tmp_path / "workspace" / "study", "rmsnorm/torch_rmsnorm.py", edited)
     rows = _entries(LLAMA, "decode")["rmsnorm"]
     for row in rows:
         row["commit"] = commit
