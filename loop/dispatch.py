@@ -117,13 +117,18 @@ def from_benches(
         and str(d.get("device", kind)).split(":")[0] == kind
     ]
     for i, doc in enumerate(mine):
-        path = Path(str(doc.get("candidate") or ""))
+        where = f"bench document {i} ({task.name})"
+        if not isinstance(doc.get("peer_verdicts"), list):
+            raise ValueError(f"{where}: 'peer_verdicts' is missing or not a list")
+        if not doc.get("candidate"):
+            raise ValueError(f"{where}: 'candidate' (the candidate's path) is missing")
+        path = Path(str(doc["candidate"]))
         # the task's folder of some checkout (benches run from a clone on the GPU machine)
         shipped = path.parts[-3:-1] == task.folder.parts[-2:]
         if not shipped or not (task.folder / path.name).is_file():
             raise ValueError(
-                f"bench document {i} ({task.name}): candidate {str(path)!r} is not a file of "
-                f"the task's folder {task.folder}; a dispatch table can only name those"
+                f"{where}: candidate {str(path)!r} is not a file of the task's folder "
+                f"{task.folder}; a dispatch table can only name those"
             )
     entries, rows = [], []
     for shape in task.shapes(kind):
@@ -136,10 +141,6 @@ def from_benches(
             continue
         median, i, cand, doc = min(timed, key=lambda t: t[:2])
         where = f"bench document {i} ({task.name})"
-        if not isinstance(doc.get("peer_verdicts"), list):
-            raise ValueError(f"{where}: 'peer_verdicts' is missing or not a list")
-        if not doc.get("candidate"):
-            raise ValueError(f"{where}: 'candidate' (the candidate's path) is missing")
         peers = {}
         for p in doc["peer_verdicts"]:
             if p.get("verdict") == "accepted":
@@ -148,9 +149,10 @@ def from_benches(
                     peers[str(p.get("label"))] = blocks
         name = Path(str(doc["candidate"])).name
         params = dict(doc.get("params") or {})
+        peer_times = {label: summarize(blocks) for label, blocks in peers.items()}
         winner, best, speedup = "candidate", None, None
         if peers:
-            best = min(peers, key=lambda label: statistics.median(peers[label]))
+            best = min(peer_times, key=lambda label: peer_times[label].median)
             interval = ratio_interval(peers[best], cand)
             speedup = {
                 "ratio": interval.ratio,
@@ -182,10 +184,9 @@ def from_benches(
                 "median_us": s.median * 1e6,
                 "ci_low_us": s.ci_low * 1e6,
                 "ci_high_us": s.ci_high * 1e6,
-                "peers_us": {k: statistics.median(v) * 1e6 for k, v in peers.items()},
+                "peers_us": {k: t.median * 1e6 for k, t in peer_times.items()},
                 "peers_ci_us": {
-                    k: [ps.ci_low * 1e6, ps.ci_high * 1e6]
-                    for k, ps in ((k, summarize(v)) for k, v in peers.items())
+                    k: [t.ci_low * 1e6, t.ci_high * 1e6] for k, t in peer_times.items()
                 },
                 "best_peer": best,
                 "speedup": speedup,
