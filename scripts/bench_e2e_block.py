@@ -8,9 +8,9 @@ scripts/dispatch_from_bench.py) pick, and torch.compile of that tuned block (GPU
 For every size: each variant's relative error against the block in float32 (the bf16 block's
 weights and inputs upcast), then the four variants interleaved (baselines.timer, several
 captures per variant, rotated block by block as the evaluator does; 2 where 8 run out of
-memory), with median intervals and the paired speedups against eager and compiled. Decode sizes also report
-the bytes a step must stream (weights + KV cache) per second, as a % of an SM copy kernel and
-of an SM read kernel measured in the same run. The decode target is 90 % of copy bandwidth.
+memory), with median intervals and the paired speedups against eager and compiled. Decode
+sizes also report the bytes a step must stream (weights + KV cache) per second, as a % of an SM
+copy kernel and of an SM read kernel measured in the same run. The decode target is 90 % of copy bandwidth.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
-rope): an optional quick sweep that times a short list of each Triton candidate's configurations at the
-task's largest shape (one evaluator call per task: verify, then interleaved CUDA-graph timing)
-and keeps the fastest, then `autotune bench` of that configuration against the peers over the
-task's large shapes. Writes one JSON file per step into OUT_DIR and prints a summary line each.
+rope): an optional quick sweep that times a short list of each Triton candidate's configurations
+at the task's largest shape (one evaluator call per task: verify, then interleaved CUDA-graph
+timing) and keeps the fastest, then `autotune bench` of that configuration against the peers
+over the task's large shapes. Writes one JSON file per step into OUT_DIR and prints a summary
+line each.
 
     uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]
         [--peer NAME ...] [--best-from EARLIER_SWEEP_DIR ...] [--e2e-shapes]

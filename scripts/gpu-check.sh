@@ -60,9 +60,12 @@ for stage in "$@"; do
         ;;
     dispatch)
         sources=()
-        for d in "$OUT/memtasks" "$OUT/gemmattn" ${DISPATCH_FROM:-}; do [ -e "$d" ] && sources+=("$d"); done
-        timeout "$(limit 120)" python3 scripts/dispatch_from_bench.py "$OUT/dispatch" "${sources[@]}" \
-            --markdown "$OUT/dispatch/dispatch.md" 2>&1 | tee "$OUT/dispatch.log" | grep -v '^|' | tail -20
+        for d in "$OUT/memtasks" "$OUT/gemmattn" ${DISPATCH_FROM:-}; do
+            [ -e "$d" ] && sources+=("$d")
+        done
+        timeout "$(limit 120)" python3 scripts/dispatch_from_bench.py "$OUT/dispatch" \
+            "${sources[@]}" --markdown "$OUT/dispatch/dispatch.md" 2>&1 | tee "$OUT/dispatch.log" |
+            grep -v '^|' | tail -20
         ;;
     e2e)
         tables=${E2E_DISPATCH:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
