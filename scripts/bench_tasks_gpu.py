@@ -1,9 +1,9 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
-rope): an optional quick sweep that times a short list of each Triton candidate's configurations
-at the task's largest shape (one evaluator call per task: verify, then interleaved CUDA-graph
-timing) and keeps the fastest, then `autotune bench` of that configuration against the peers
-over the task's large shapes. Writes one JSON file per step into OUT_DIR and prints a summary
-line each.
+rope, and skinny_gemm's CuPy GEMV at M <= 16): an optional quick sweep that times a short list
+of each candidate's configurations at the plan's first shape (one evaluator call per plan:
+verify, then interleaved CUDA-graph timing) and keeps the fastest, then `autotune bench` of that
+configuration against the peers over the plan's shapes. Writes one JSON file per step into
+OUT_DIR and prints a summary line each.
 
     uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]
         [--peer NAME ...] [--best-from EARLIER_SWEEP_DIR ...] [--e2e-shapes]
@@ -33,6 +33,7 @@ class Plan:
     shapes: list[str]  # the first is the sweep shape
     configs: list[dict] = field(default_factory=list)
     tag: str = ""  # tells apart two plans of one candidate in the output file names
+    peers: list[str] = field(default_factory=list)  # the bench's peers when --peer gives none
 
     def stem(self, step: str) -> str:
         return "-".join(x for x in (step, self.task, Path(self.candidate).stem, self.tag) if x)
@@ -45,6 +46,11 @@ def _grid(axes: dict, *extra: dict) -> list[dict]:
         out = [{**c, name: v} for c in out for v in values]
     return [*out, *extra]
 
+
+# The Llama-3-8B projections the decoder blocks call (qkv, o, gate+up, down), and DeepSeek-V3's
+# down projection, as N-K; the smallest first (the sweep shape), where cuBLAS is furthest from
+# the copy bandwidth.
+SKINNY_NK = ["n4096-k4096", "n6144-k4096", "n28672-k4096", "n4096-k14336", "n7168-k18432"]
 
 PLANS = [
     Plan(
@@ -92,6 +98,12 @@ PLANS = [
         tag="cluster",
     ),
     Plan(
+        "softmax",
+        "cupy_softmax_resident.py",
+        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        _grid({"threads": [256, 512, 1024], "slice_kb": [16, 32, 64, 128]}),
+    ),
+    Plan(
         "cross_entropy",
         "triton_cross_entropy.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
@@ -99,6 +111,21 @@ PLANS = [
             {"block": [4096, 8192, 16384], "num_warps": [8, 16, 32]},
             {"block": 8192, "num_warps": 16, "eviction": ""},
         ),
+    ),
+    Plan(
+        "skinny_gemm",
+        "cupy_gemv.py",
+        [f"m{m}-{nk}" for nk in SKINNY_NK for m in (1, 16)],
+        _grid({"rows": [16], "warps_per_block": [4, 8, 16], "unroll": [2, 4, 8]}),
+        # No torch.compile: inductor's matmul is an extern cuBLAS call, and compiling every
+        # shape outran 150 s on the H200.
+        peers=["cublas", "eager"],
+    ),
+    Plan(
+        "cross_entropy",
+        "cupy_cross_entropy_resident.py",
+        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        _grid({"threads": [256, 512, 1024], "slice_kb": [16, 32, 64, 128]}),
     ),
     Plan(
         "swiglu",
@@ -285,7 +312,7 @@ def main() -> int:
             plan = replace(plan, shapes=[*plan.shapes, *extra])
         params = sweep(plan, args.out_dir) if args.sweep else earlier_best(plan, args.best_from)
         if not args.no_bench:
-            bench(plan, params, args.peer, args.out_dir)
+            bench(plan, params, args.peer or plan.peers, args.out_dir)
     return 0
 
 

@@ -110,7 +110,11 @@ PEERS = {"eager": eager}
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["triton_cross_entropy.py", "torch_cross_entropy.py"],
+    "cuda": [
+        "triton_cross_entropy.py",
+        "cupy_cross_entropy_resident.py",
+        "torch_cross_entropy.py",
+    ],
     "cpu": ["torch_cross_entropy.py"],
 }
 

@@ -91,7 +91,12 @@ PEERS = {
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["triton_softmax.py", "cupy_softmax.py", "torch_softmax.py"],
+    "cuda": [
+        "triton_softmax.py",
+        "cupy_softmax.py",
+        "cupy_softmax_resident.py",
+        "torch_softmax.py",
+    ],
     "cpu": ["torch_softmax.py"],
 }
 

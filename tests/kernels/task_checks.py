@@ -1,9 +1,14 @@
 """Checks shared by the task tests: run candidates (shipped ones and a deliberately wrong one
-written to a temporary folder) through the evaluator in one worker, and read the verdicts."""
+written to a temporary folder) through the evaluator in one worker, and read the verdicts; and
+put a CuPy candidate's CUDA source through NVRTC and ptxas, which needs no GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from loop.evaluator import CandidateSpec, Evaluation, evaluate
 from loop.tasks import Task
@@ -41,3 +46,71 @@ def assert_wrong_rejected(ev: Evaluation, code: str = "mismatch") -> None:
 def gpu_evaluate(task: Task, shipped: list[tuple[str, dict]]) -> Evaluation:
     specs = [CandidateSpec(task.folder / name, params, name) for name, params in shipped]
     return evaluate(task, specs, "cuda")
+
+
+def nvrtc_or_skip():
+    """CuPy's NVRTC binding, or a skip where the CUDA wheels are absent or do not load."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    return nvrtc
+
+
+def candidate_module(task: Task, name: str) -> ModuleType:
+    """A shipped candidate file of `task`, imported on its own."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), task.folder / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_cuda_compiles(nvrtc, source: str, options: list[str], what: str) -> None:
+    """NVRTC and ptxas accept `source` with `options` and give a cubin."""
+    program = nvrtc.createProgram(source, "candidate.cu", [], [])
+    try:
+        nvrtc.compileProgram(program, options)
+    except Exception as exc:
+        pytest.fail(f"{what}: {exc}\n{nvrtc.getProgramLog(program)}")
+    assert len(nvrtc.getCUBIN(program)) > 0
+
+
+def assert_resident_launches_compile(task: Task, candidate: str) -> None:
+    """Every (threads, slice_kb) of a row-resident CuPy candidate's PARAMS, at every GPU
+    vocabulary of `task`, compiles for sm_90 (and sm_80 where one block takes the row)."""
+    nvrtc = nvrtc_or_skip()
+    module = candidate_module(task, candidate)
+    builds = set()
+    for vocab in {shape.dims["vocab"] for shape in task.shapes("cuda")}:
+        for threads in module.PARAMS["threads"]:
+            for slice_kb in module.PARAMS["slice_kb"]:
+                launch = module.plan(vocab // 8, threads, slice_kb)
+                builds.add(("sm_90", threads, launch))
+                if launch.cluster == 1:
+                    builds.add(("sm_80", threads, launch))
+    for arch, threads, launch in sorted(builds, key=repr):
+        assert_cuda_compiles(
+            nvrtc,
+            module.SOURCE,
+            [f"-arch={arch}", *module.compile_options(threads, launch)],
+            f"{candidate} {arch} threads={threads} {launch}",
+        )
+
+
+def assert_resident_plan(module: ModuleType) -> None:
+    """A row-resident candidate's launch plan: the smallest cluster whose slices fit slice_kb,
+    at most MAX_CLUSTER blocks, every vector some thread's, and too long a slice refused."""
+    # 32000 columns are 4000 vectors (62.5 KiB): one block under 64 KiB, two under 32 KiB.
+    assert module.plan(4000, 512, 64) == module.Launch(1, 4000, 8)
+    assert module.plan(4000, 512, 32) == module.Launch(2, 2000, 4)
+    # 128256 columns (250.5 KiB): four blocks of 64 KiB slices; 16 KiB would need 16 blocks,
+    # so the cluster stops at its portable maximum of 8.
+    assert module.plan(16032, 512, 64) == module.Launch(4, 4008, 8)
+    assert module.plan(16032, 1024, 16) == module.Launch(module.MAX_CLUSTER, 2004, 2)
+    launch = module.plan(18992, 512, 16)
+    assert launch.cluster * launch.slice_vec >= 18992
+    assert launch.slice_vec <= 512 * launch.vectors_per_thread
+    with pytest.raises(ValueError, match="vectors per thread"):
+        module.plan(16032 * 8, 256, 16)

@@ -10,8 +10,11 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
+    assert_resident_launches_compile,
+    assert_resident_plan,
     assert_shipped_accepted,
     assert_wrong_rejected,
+    candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
 )
@@ -93,6 +96,23 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
 
 @pytest.mark.gpu
 def test_shipped_candidates_on_gpu(task) -> None:
-    ev = gpu_evaluate(task, [("triton_cross_entropy.py", {}), ("torch_cross_entropy.py", {})])
+    ev = gpu_evaluate(
+        task,
+        [
+            ("triton_cross_entropy.py", {}),
+            ("torch_cross_entropy.py", {}),
+            ("cupy_cross_entropy_resident.py", {}),
+            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 16}),
+            ("cupy_cross_entropy_resident.py", {"threads": 1024, "slice_kb": 128}),
+        ],
+    )
     for verdict in ev.verdicts:
         assert verdict.accepted, verdict.reasons
+
+
+def test_the_resident_plan_takes_the_smallest_cluster_that_fits_the_slice(task) -> None:
+    assert_resident_plan(candidate_module(task, "cupy_cross_entropy_resident.py"))
+
+
+def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
+    assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")

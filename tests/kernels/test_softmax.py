@@ -4,7 +4,6 @@ on the GPU the Triton and CuPy candidates."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
@@ -15,10 +14,15 @@ from click.testing import CliRunner
 from appliance.cli import main
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
+    assert_cuda_compiles,
+    assert_resident_launches_compile,
+    assert_resident_plan,
     assert_shipped_accepted,
     assert_wrong_rejected,
+    candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    nvrtc_or_skip,
 )
 
 # Normalises over the first 1024 columns only: right on small rows, wrong on a vocabulary.
@@ -101,6 +105,9 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ("cupy_softmax.py", {"cluster": 4, "threads": 512, "unroll": 2}),
             ("cupy_softmax.py", {"cluster": 8, "threads": 1024, "unroll": 4, "cache_kb": 96}),
             ("cupy_softmax.py", {"cluster": 2, "threads": 256, "unroll": 1, "cache_kb": 96}),
+            ("cupy_softmax_resident.py", {}),
+            ("cupy_softmax_resident.py", {"threads": 256, "slice_kb": 16}),
+            ("cupy_softmax_resident.py", {"threads": 1024, "slice_kb": 128}),
             ("torch_softmax.py", {}),
         ],
     )
@@ -113,15 +120,8 @@ def test_the_cuda_source_compiles_for_ampere_and_hopper(task) -> None:
     included) goes through NVRTC and ptxas at each compile-time parameter: for sm_80 without
     clusters, for sm_90 with each cluster size. No GPU is needed, so a typo costs no device
     time; running it is the GPU test above."""
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-
-        nvrtc.getVersion()
-    except Exception as exc:  # the CUDA wheels are absent or do not load here
-        pytest.skip(f"NVRTC unavailable: {exc}")
-    spec = importlib.util.spec_from_file_location("cupy_softmax", task.folder / "cupy_softmax.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    nvrtc = nvrtc_or_skip()
+    module = candidate_module(task, "cupy_softmax.py")
     builds = [("sm_80", unroll, 1) for unroll in module.PARAMS["unroll"]]
     builds += [
         ("sm_90", unroll, cluster)
@@ -129,12 +129,17 @@ def test_the_cuda_source_compiles_for_ampere_and_hopper(task) -> None:
         for unroll in module.PARAMS["unroll"]
     ]
     for arch, unroll, cluster in builds:
-        program = nvrtc.createProgram(module.SOURCE, "softmax.cu", [], [])
-        try:
-            nvrtc.compileProgram(
-                program, [f"-arch={arch}", *module.compile_options(unroll, cluster)]
-            )
-        except Exception as exc:
-            log = nvrtc.getProgramLog(program)
-            pytest.fail(f"{arch} unroll={unroll} cluster={cluster}: {exc}\n{log}")
-        assert len(nvrtc.getCUBIN(program)) > 0
+        assert_cuda_compiles(
+            nvrtc,
+            module.SOURCE,
+            [f"-arch={arch}", *module.compile_options(unroll, cluster)],
+            f"{arch} unroll={unroll} cluster={cluster}",
+        )
+
+
+def test_the_resident_plan_takes_the_smallest_cluster_that_fits_the_slice(task) -> None:
+    assert_resident_plan(candidate_module(task, "cupy_softmax_resident.py"))
+
+
+def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
+    assert_resident_launches_compile(task, "cupy_softmax_resident.py")

@@ -1,0 +1,256 @@
+"""Per-row cross-entropy in raw CUDA through CuPy, with each row's logits held in registers
+and read once.
+
+A row is split over a cluster of blocks (Hopper thread-block clusters; one block where the row
+is short), the smallest power of two (at most 8) whose slices fit `slice_kb`, so that a decode
+batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte loads at once, then:
+1. max over its values (on packed bfloat16 pairs), reduced over the block and then the cluster:
+   each block writes its part into every block's shared memory before a cluster barrier;
+2. sum of 2^(x log2(e) - max), one exponential per element, reduced the same way into block 0;
+3. block 0 writes max + log(sum) - logits[target] (0 where the target is ignored).
+Rows must be 16-byte aligned with a multiple of 8 columns, as every vocabulary of the task is.
+
+Launched on torch's current stream, so it is captured in CUDA graphs.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import cupy
+import torch
+
+LANGUAGE = "cupy"
+PARAMS = {
+    "threads": [256, 512, 1024],
+    "slice_kb": [16, 32, 64, 128],
+}
+MAX_CLUSTER = 8
+MAX_VECTORS_PER_THREAD = 32
+CLUSTER_MIN_CAPABILITY = (9, 0)
+IGNORE_INDEX = -100
+
+SOURCE = r"""
+#define LOG2E 1.4426950408889634f
+#define NEG_INF __int_as_float(0xff800000)
+#define IGNORE_INDEX (-100LL)
+
+__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ unsigned max_bf16x2(unsigned a, unsigned b) {
+    unsigned r;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+#if CLUSTER > 1
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// Arrive early and wait late: no block writes into another's shared memory before every block
+// of the cluster has started.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_barrier() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Writes v into `slot` of block `rank` of this cluster (distributed shared memory).
+__device__ __forceinline__ void store_to_block(float* slot, unsigned rank, float v) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(slot);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(v) : "memory");
+}
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+// Reduces v over the block (max or sum); every thread gets the result. `red` has 32 slots and
+// is not reused until every thread has read it.
+template <bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = MAX ? fmaxf(v, o) : v + o;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    const int n_warps = THREADS >> 5;
+    v = lane < n_warps ? red[lane] : (MAX ? NEG_INF : 0.f);
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = MAX ? fmaxf(v, o) : v + o;
+    }
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy_resident_bf16(
+    const uint4* __restrict__ x, const long long* __restrict__ targets, float* __restrict__ loss,
+    long long stride_vx, long long n_vec_, long long slice_vec_)
+{
+    const int n_vec = (int)n_vec_, slice_vec = (int)slice_vec_;
+    __shared__ float red_m[32];
+    __shared__ float red_s[32];
+#if CLUSTER > 1
+    // Every block's max, written into each block by its owner, and every block's sum, written
+    // into block 0 (so no block reads another's shared memory, and none waits to leave).
+    __shared__ float parts_m[CLUSTER], parts_s[CLUSTER];
+    const unsigned rank = cluster_rank();
+    cluster_arrive();
+#else
+    const unsigned rank = 0;
+#endif
+    const long long row = blockIdx.x / CLUSTER;
+    const uint4* xv = x + row * stride_vx;
+    const int v0 = (int)rank * slice_vec;
+    const int v1 = min(v0 + slice_vec, n_vec);
+
+    uint4 p[VPT];
+    #pragma unroll
+    for (int u = 0; u < VPT; ++u) {
+        const int v = v0 + (int)threadIdx.x + u * THREADS;
+        p[u] = v < v1 ? __ldcs(xv + v) : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u,
+                                                      0xff80ff80u);  // bf16 -inf: weighs 0
+    }
+    unsigned m2 = 0xff80ff80u;
+    #pragma unroll
+    for (int u = 0; u < VPT; ++u) {
+        m2 = max_bf16x2(m2, max_bf16x2(max_bf16x2(p[u].x, p[u].y), max_bf16x2(p[u].z, p[u].w)));
+    }
+    float m = block_reduce<true>(fmaxf(bf_lo(m2), bf_hi(m2)), red_m);
+#if CLUSTER > 1
+    cluster_wait();
+    if (threadIdx.x < CLUSTER) store_to_block(&parts_m[rank], threadIdx.x, m);
+    cluster_barrier();
+    m = NEG_INF;
+    #pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) m = fmaxf(m, parts_m[r]);
+#endif
+    const float mx = m * LOG2E;
+
+    float s = 0.f;
+    #pragma unroll
+    for (int u = 0; u < VPT; ++u) {
+        const unsigned w[4] = {p[u].x, p[u].y, p[u].z, p[u].w};
+        #pragma unroll
+        for (int k = 0; k < 4; ++k)
+            s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mx)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mx));
+    }
+    s = block_reduce<false>(s, red_s);
+#if CLUSTER > 1
+    if (threadIdx.x == 0) store_to_block(&parts_s[rank], 0, s);
+    cluster_barrier();
+    if (rank != 0) return;
+    s = 0.f;
+    #pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) s += parts_s[r];
+#endif
+    if (threadIdx.x == 0) {
+        const long long t = targets[row];
+        const long long n_cols = (long long)n_vec * 8;
+        const unsigned short* xr = reinterpret_cast<const unsigned short*>(xv);
+        float out;
+        if (t == IGNORE_INDEX) out = 0.f;
+        else if (t < 0 || t >= n_cols) out = __int_as_float(0x7fc00000);  // NaN: not a class
+        else out = m + logf(s) - __uint_as_float(((unsigned)xr[t]) << 16);
+        loss[row] = out;
+    }
+}
+"""
+
+
+@dataclass(frozen=True)
+class _TorchStream:
+    """What CuPy's launcher reads from a stream: its handle."""
+
+    ptr: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a row of `n_vec` 16-byte vectors is split: blocks per row and vectors per thread."""
+
+    cluster: int
+    slice_vec: int
+    vectors_per_thread: int
+
+
+def plan(n_vec: int, threads: int, slice_kb: int) -> Launch:
+    """The smallest cluster whose slices fit `slice_kb`, capped at MAX_CLUSTER blocks."""
+    cluster = 1
+    while cluster < MAX_CLUSTER and n_vec * 16 > cluster * slice_kb * 1024:
+        cluster *= 2
+    slice_vec = max(1, -(-n_vec // cluster))
+    vectors_per_thread = -(-slice_vec // threads)
+    if vectors_per_thread > MAX_VECTORS_PER_THREAD:
+        raise ValueError(
+            f"a {n_vec * 16 // 1024} KiB row over {cluster} blocks of {threads} threads needs "
+            f"{vectors_per_thread} vectors per thread (at most {MAX_VECTORS_PER_THREAD}): "
+            "use more threads"
+        )
+    return Launch(cluster, slice_vec, vectors_per_thread)
+
+
+def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90). The block size is a
+    compile-time constant so that each thread's vector offsets are immediates, not registers."""
+    return (
+        "--use_fast_math",
+        f"-DTHREADS={threads}",
+        f"-DVPT={launch.vectors_per_thread}",
+        f"-DCLUSTER={launch.cluster}",
+    )
+
+
+@functools.cache
+def _compiled(threads: int, launch: Launch):
+    return cupy.RawKernel(
+        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch)
+    )
+
+
+def kernel(
+    logits: torch.Tensor, targets: torch.Tensor, threads: int = 512, slice_kb: int = 64
+) -> torch.Tensor:
+    x = logits
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
+        raise ValueError("cupy_cross_entropy_resident handles 2-D bfloat16 logits, unit stride")
+    n_rows, n_cols = x.shape
+    if targets.dtype != torch.int64 or targets.shape != (n_rows,):
+        raise ValueError("targets must be int64 of shape (rows,)")
+    targets = targets.contiguous()
+    loss = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    if n_cols % 8 or x.stride(0) % 8 or x.data_ptr() % 16:
+        raise ValueError("cupy_cross_entropy_resident needs 16-byte aligned rows of 8k columns")
+    if n_rows == 0:
+        return loss
+    if n_cols == 0:
+        raise ValueError("cross-entropy over an empty vocabulary is undefined")
+    launch = plan(n_cols // 8, threads, slice_kb)
+    if launch.cluster > 1 and torch.cuda.get_device_capability(x.device) < CLUSTER_MIN_CAPABILITY:
+        raise ValueError("rows longer than slice_kb need thread-block clusters (sm_90)")
+    kern = _compiled(threads, launch)
+    kern(
+        (n_rows * launch.cluster,),
+        (threads,),
+        (
+            x.data_ptr(),
+            targets.data_ptr(),
+            loss.data_ptr(),
+            x.stride(0) // 8,
+            n_cols // 8,
+            launch.slice_vec,
+        ),
+        stream=_TorchStream(torch.cuda.current_stream(x.device).cuda_stream),
+    )
+    return loss
