@@ -199,6 +199,13 @@ class GpuTimer:
 
     def capture(self, fn: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, object]:
         """Warm `fn` up on a side stream, then capture one call; returns the graph and its output."""
+        graph, out, _ = self.capture_held(fn)
+        return graph, out
+
+    def capture_held(self, fn: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, object, int]:
+        """`capture`, and the bytes the graph holds while it lives: its private memory pool
+        (outputs and intermediates of the captured call), measured around the capture alone, so
+        what warming up cached (a compiler's work, say) is not counted."""
         try:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
@@ -210,12 +217,14 @@ class GpuTimer:
             graph = torch.cuda.CUDAGraph()
             # A private pool per graph: a pool shared by graphs that are later freed can trip
             # torch's allocator (use_count assert) on the next capture.
+            reserved = torch.cuda.memory_reserved(self.device)
             with torch.cuda.graph(graph):
                 out = fn()
             _synchronize(self.device)
+            held = torch.cuda.memory_reserved(self.device) - reserved
         except Exception as exc:
             raise CaptureError(f"{type(exc).__name__}: {exc}") from exc
-        return graph, out
+        return graph, out, held
 
     def rotating(self, graphs: list[torch.cuda.CUDAGraph]) -> Callable[[int], list[float]]:
         """`block` over several captures of one callable, the next capture for each block

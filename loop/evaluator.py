@@ -42,6 +42,7 @@ class ShapeResult:
     n_samples: int = 0
     dropped: dict | None = None  # a peer left out on this shape: the reason, as a dict
     telemetry: dict | None = None  # GPU clocks, temperature, power, re-measured blocks
+    captures: int = 0  # CUDA graphs the blocks rotated through (0: not timed on a GPU)
 
     @property
     def median_s(self) -> float | None:
@@ -296,6 +297,7 @@ def _parsed_verdict(raw: dict, label, kind, params, language) -> Verdict:
             s.get("n_samples", 0),
             s.get("dropped"),
             s.get("telemetry"),
+            s.get("captures", 0),
         )
         for name, s in raw["shapes"].items()
     }

@@ -41,7 +41,11 @@ FRESH_SALT = (
 )
 PERTURB_FRACTIONS = (0.02, 0.002)  # share of elements changed by each perturbed re-verification
 
-CAPTURE_BYTES = 1 << 30  # outputs held by one runner's captures of one shape, at most
+# Memory held by one runner's captures of one shape (outputs and intermediates in each graph's
+# pool), at most: a peer that upcasts a 150k-vocabulary batch holds 10 GB in each of its captures,
+# and eight of them, next to the other runners', left no room for the re-verification's float64
+# reference on the H200.
+CAPTURE_BYTES = 1 << 30
 TIMED_CHECK_SHARE = 0.25  # of a candidate's timed outputs on the CPU, checked against the reference
 _DRAW = random.SystemRandom()  # which timed outputs are checked: nothing the candidate can seed
 
@@ -648,6 +652,12 @@ def _floor_s(task, shape, ceilings: tuple) -> float:
     return copy.floor_s(task.bytes_moved(shape), task.flops(shape))
 
 
+def capture_count(output_bytes: int, held_bytes: int, slots: int) -> int:
+    """How many captures a runner gets at a shape: `slots`, fewer where one capture holds more
+    than CAPTURE_BYTES / slots (outputs, or everything in its graph's pool), and at least one."""
+    return max(1, min(slots, CAPTURE_BYTES // max(output_bytes, held_bytes, 1)))
+
+
 def _value_sets(ctx: Context, shape, count: int, salt: int) -> list[tuple]:
     return [
         ctx.task.make_inputs(shape, _mix(ctx.secret, shape.seed, salt + i), ctx.device)
@@ -687,21 +697,24 @@ def _time_shape(
         if not _unchanged(inputs, current[0], layouts):
             raise _InputsModified(f"an input changed during {doing}")
 
-    bound = []  # (runner, block(n) -> samples, replay() -> each capture's timed outputs)
-    for runner in live:
-        chan.mark(runner.label, shape.name)
+    def bind(runner: Runner):
+        """(block(n) -> samples, replay() -> each capture's timed outputs) for `runner`, or None
+        where it could not be set up (it is dropped from the shape, with why). Its captures live
+        in these closures only."""
         try:
             if device == "cuda":
                 # Several captures, one per block in turn: where one capture's outputs landed
                 # can move its time by tenths of a percent for as long as it lives. Fewer when
-                # the outputs are large (their placement then averages out within one capture).
-                slots = [timer.capture(lambda r=runner: _call(r, inputs))]
-                per_capture = sum(t.numel() * t.element_size() for t in _as_tuple(slots[0][1]))
-                wanted = min(timing.CAPTURE_SLOTS, CAPTURE_BYTES // max(per_capture, 1))
+                # a capture holds much memory (large outputs average out their placement within
+                # one capture anyway).
+                graph, out, held = timer.capture_held(lambda r=runner: _call(r, inputs))
+                slots = [(graph, out)]
+                outputs = sum(t.numel() * t.element_size() for t in _as_tuple(out))
+                wanted = capture_count(outputs, held, timing.CAPTURE_SLOTS)
                 slots += [
-                    timer.capture(lambda r=runner: _call(r, inputs))
-                    for _ in range(max(wanted, 1) - 1)
+                    timer.capture(lambda r=runner: _call(r, inputs)) for _ in range(wanted - 1)
                 ]
+                runner.shapes.setdefault(shape.name, {})["captures"] = len(slots)
                 timed = timer.rotating([graph for graph, _ in slots])
                 # A capture runs the runner's Python (a compiled peer compiles here): what it
                 # changed is its own, not that of whichever runner's block is checked first.
@@ -724,6 +737,7 @@ def _time_shape(
                         got.append(tuple(t.clone() for t in _as_tuple(out)))
                     return got
 
+                return block, replay
             else:
 
                 def block(n, r=runner):
@@ -740,15 +754,24 @@ def _time_shape(
                 def replay(r=runner):
                     return [tuple(t.clone() for t in _as_tuple(_call(r, inputs)))]
 
+                return block, replay
+
         except timing.CaptureError as exc:
             runner.drop(
                 shape.name, ctx.reason("graph-capture-failed", f"{shape.name}: {exc}"[:500])
             )
-            continue
+            return None
         except BaseException as exc:
             runner.drop(shape.name, _classify(exc, shape.name, ctx.reason))
-            continue
-        bound.append((runner, _marked(chan, runner.label, shape.name, block, len(bound)), replay))
+            return None
+
+    bound = []  # (runner, block, replay)
+    for runner in live:
+        chan.mark(runner.label, shape.name)
+        pair = bind(runner)
+        if pair is not None:
+            marked = _marked(chan, runner.label, shape.name, pair[0], len(bound))
+            bound.append((runner, marked, pair[1]))
     if not bound:
         return
     while True:
@@ -775,7 +798,8 @@ def _time_shape(
     current.clear()  # free the last value set before the re-verification draws its own
     floor = _floor_s(ctx.task, shape, ceilings)
     checked = []
-    for i, ((runner, _, replay), blocks) in enumerate(zip(bound, medians, strict=True)):
+    for i, blocks in enumerate(medians):
+        runner = bound[i][0]
         entry = runner.shapes.setdefault(shape.name, {})
         entry.update(
             blocks_s=blocks,
@@ -797,7 +821,12 @@ def _time_shape(
                 )
             )
             continue
-        checked.append((runner, replay))
+        checked.append((runner, bound[i][2]))
+    # The peers' captures (and their pools) go before the re-verification draws its reference:
+    # `checked` is the only holder of a capture left.
+    del bound, pair, marked
+    if device == "cuda":
+        torch.cuda.empty_cache()
     if checked:
         _reverify(ctx, shape, inputs, checked, chan)
 

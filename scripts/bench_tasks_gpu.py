@@ -101,7 +101,14 @@ PLANS = [
         "softmax",
         "cupy_softmax_resident.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
-        _grid({"threads": [256, 512, 1024], "slice_kb": [16, 32, 64, 128]}),
+        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+    ),
+    Plan(
+        "softmax",
+        "cupy_softmax_resident.py",
+        ["decode-64x128256", "decode-256x128256", "decode-64x151936", "decode-64x32000"],
+        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        tag="decode",
     ),
     Plan(
         "cross_entropy",
@@ -122,10 +129,24 @@ PLANS = [
         peers=["cublas", "eager"],
     ),
     Plan(
+        "skinny_gemm",
+        "cupy_gemv_splitk.py",
+        [f"m1-{nk}" for nk in SKINNY_NK] + ["m4-n7168-k7168", "m4-n4096-k14336"],
+        _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]}),
+        peers=["cublas", "eager"],
+    ),
+    Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
-        _grid({"threads": [256, 512, 1024], "slice_kb": [16, 32, 64, 128]}),
+        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+    ),
+    Plan(
+        "cross_entropy",
+        "cupy_cross_entropy_resident.py",
+        ["decode-64x128256", "decode-256x128256", "decode-64x151936", "decode-64x32000"],
+        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        tag="decode",
     ),
     Plan(
         "swiglu",

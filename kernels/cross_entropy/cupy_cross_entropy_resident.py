@@ -21,7 +21,7 @@ import torch
 
 LANGUAGE = "cupy"
 PARAMS = {
-    "threads": [256, 512, 1024],
+    "threads": [128, 256, 512, 1024],
     "slice_kb": [16, 32, 64, 128],
 }
 MAX_CLUSTER = 8
@@ -115,13 +115,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     const int v0 = (int)rank * slice_vec;
     const int v1 = min(v0 + slice_vec, n_vec);
 
+    // A thread whose vectors all lie in the slice (all but the last few) loads and stores
+    // without a bounds check: kept predicates would cost a register per vector.
+    const uint4* xt = xv + v0 + threadIdx.x;
+    const bool whole = v0 + (int)threadIdx.x + (VPT - 1) * THREADS < v1;
     uint4 p[VPT];
-    #pragma unroll
-    for (int u = 0; u < VPT; ++u) {
-        const int v = v0 + (int)threadIdx.x + u * THREADS;
-        p[u] = v < v1 ? __ldcs(xv + v) : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u,
-                                                      0xff80ff80u);  // bf16 -inf: weighs 0
+    if (whole) {
+        #pragma unroll
+        for (int u = 0; u < VPT; ++u) p[u] = __ldcs(xt + u * THREADS);
+    } else {
+        #pragma unroll
+        for (int u = 0; u < VPT; ++u) {
+            p[u] = v0 + (int)threadIdx.x + u * THREADS < v1
+                ? __ldcs(xt + u * THREADS)
+                : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // -inf
+        }
     }
+
     unsigned m2 = 0xff80ff80u;
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {

@@ -118,7 +118,12 @@ PEERS = {
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["triton_skinny_gemm.py", "cupy_gemv.py", "torch_skinny_gemm.py"],
+    "cuda": [
+        "triton_skinny_gemm.py",
+        "cupy_gemv.py",
+        "cupy_gemv_splitk.py",
+        "torch_skinny_gemm.py",
+    ],
     "cpu": ["torch_skinny_gemm.py"],
 }
 

@@ -25,7 +25,7 @@ import torch
 
 LANGUAGE = "cupy"
 PARAMS = {
-    "threads": [256, 512, 1024],
+    "threads": [128, 256, 512, 1024],
     "slice_kb": [16, 32, 64, 128],
 }
 MAX_CLUSTER = 8
@@ -144,12 +144,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resid
     const int v0 = (int)rank * slice_vec;
     const int v1 = min(v0 + slice_vec, n_vec);
 
+    // A thread whose vectors all lie in the slice (all but the last few) loads and stores
+    // without a bounds check: kept predicates would cost a register per vector.
+    const uint4* xt = xv + v0 + threadIdx.x;
+    const bool whole = v0 + (int)threadIdx.x + (VPT - 1) * THREADS < v1;
     uint4 p[VPT];
-    #pragma unroll
-    for (int u = 0; u < VPT; ++u) {
-        const int v = v0 + (int)threadIdx.x + u * THREADS;
-        p[u] = v < v1 ? __ldcs(xv + v) : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u,
-                                                      0xff80ff80u);  // bf16 -inf: weighs 0
+    if (whole) {
+        #pragma unroll
+        for (int u = 0; u < VPT; ++u) p[u] = __ldcs(xt + u * THREADS);
+    } else {
+        #pragma unroll
+        for (int u = 0; u < VPT; ++u) {
+            p[u] = v0 + (int)threadIdx.x + u * THREADS < v1
+                ? __ldcs(xt + u * THREADS)
+                : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // -inf
+        }
     }
 
     // The max is taken on packed pairs, so the values stay packed until their exponential.
@@ -188,16 +197,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resid
 #endif
     const float inv = 1.f / s;
 
+    uint4* yt = yv + v0 + threadIdx.x;
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {
-        const int v = v0 + (int)threadIdx.x + u * THREADS;
-        if (v < v1) {
+        if (whole || v0 + (int)threadIdx.x + u * THREADS < v1) {
             uint4 o;
             o.x = scale_pair(p[u].x, inv);
             o.y = scale_pair(p[u].y, inv);
             o.z = scale_pair(p[u].z, inv);
             o.w = scale_pair(p[u].w, inv);
-            __stcs(yv + v, o);
+            __stcs(yt + u * THREADS, o);
         }
     }
 }

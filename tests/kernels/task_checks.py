@@ -78,15 +78,19 @@ def assert_cuda_compiles(nvrtc, source: str, options: list[str], what: str) -> N
 
 
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:
-    """Every (threads, slice_kb) of a row-resident CuPy candidate's PARAMS, at every GPU
-    vocabulary of `task`, compiles for sm_90 (and sm_80 where one block takes the row)."""
+    """Every (threads, slice_kb) of a row-resident CuPy candidate's PARAMS that its plan takes,
+    at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where one block takes the
+    row)."""
     nvrtc = nvrtc_or_skip()
     module = candidate_module(task, candidate)
     builds = set()
     for vocab in {shape.dims["vocab"] for shape in task.shapes("cuda")}:
         for threads in module.PARAMS["threads"]:
             for slice_kb in module.PARAMS["slice_kb"]:
-                launch = module.plan(vocab // 8, threads, slice_kb)
+                try:
+                    launch = module.plan(vocab // 8, threads, slice_kb)
+                except ValueError:  # too long a slice for so few threads: refused at launch
+                    continue
                 builds.add(("sm_90", threads, launch))
                 if launch.cluster == 1:
                     builds.add(("sm_80", threads, launch))

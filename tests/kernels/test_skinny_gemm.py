@@ -10,6 +10,7 @@ import torch
 from loop.guards import check_source
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
+from tests.kernels.task_checks import assert_cuda_compiles, candidate_module, nvrtc_or_skip
 
 TRITON_PARAMS = {"block_n": 16, "block_k": 32, "split_k": 2, "num_stages": 1}
 
@@ -109,6 +110,40 @@ def test_cupy_candidate_shows_raw_cuda_and_compiles_for_hopper(task) -> None:
         assert b"gemv_bf16" in nvrtc.getPTX(prog)
 
 
+def test_the_split_k_gemv_plans_warps_for_the_vectors_each_lane_holds(task) -> None:
+    module = candidate_module(task, "cupy_gemv_splitk.py")
+    # K = 4096 is 512 vectors: four warps of 32 lanes give each lane four.
+    assert module.plan(4096, 4, 2) == (4, 4)
+    # K = 18432 wants 18 warps at four a lane; with four outputs a block only eight fit (32
+    # warps a block), so each lane holds nine.
+    assert module.plan(18432, 4, 1) == (18, 4)
+    assert module.plan(18432, 4, 4) == (8, 9)
+    # Every vector is some lane's.
+    for k in (8, 4096, 14336, 28672):
+        k_warps, vectors = module.plan(k, 8, 2)
+        assert 32 * k_warps * vectors >= k // 8
+    with pytest.raises(ValueError, match="vectors per lane"):
+        module.plan(32 * 32 * 8 * (module.MAX_VECTORS_PER_LANE + 1), 2, 1)
+
+
+def test_the_split_k_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
+    nvrtc = nvrtc_or_skip()
+    module = candidate_module(task, "cupy_gemv_splitk.py")
+    builds = set()
+    for shape in task.shapes("cuda"):
+        if shape.dims["m"] > 16:
+            continue
+        for per_lane in module.PARAMS["per_lane"]:
+            for n_per_block in module.PARAMS["n_per_block"]:
+                for rows in module.PARAMS["rows"]:
+                    k_warps, vectors = module.plan(shape.dims["k"], per_lane, n_per_block)
+                    builds.add((min(rows, shape.dims["m"]), k_warps, n_per_block, vectors))
+    for build in sorted(builds):
+        assert_cuda_compiles(
+            nvrtc, module.SOURCE, ["-arch=sm_90", *module.compile_options(*build)], str(build)
+        )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "candidate, params",
@@ -117,6 +152,9 @@ def test_cupy_candidate_shows_raw_cuda_and_compiles_for_hopper(task) -> None:
         ("triton_skinny_gemm.py", {"block_m": 64, "split_k": 1, "block_n": 128, "block_k": 64}),
         ("cupy_gemv.py", {}),
         ("cupy_gemv.py", {"rows": 16, "unroll": 2}),
+        ("cupy_gemv_splitk.py", {}),
+        ("cupy_gemv_splitk.py", {"per_lane": 16, "n_per_block": 1, "rows": 1}),
+        ("cupy_gemv_splitk.py", {"per_lane": 2, "n_per_block": 4, "rows": 2}),
     ],
 )
 def test_gpu_candidates_match_the_reference(task, candidate, params) -> None:
