@@ -217,8 +217,10 @@ class GpuTimer:
             graph = torch.cuda.CUDAGraph()
             # A private pool per graph: a pool shared by graphs that are later freed can trip
             # torch's allocator (use_count assert) on the next capture.
-            reserved = torch.cuda.memory_reserved(self.device)
             with torch.cuda.graph(graph):
+                # Read inside: entering frees the cached blocks warming up left (empty_cache),
+                # which would cancel out the pool's growth if read before.
+                reserved = torch.cuda.memory_reserved(self.device)
                 out = fn()
             _synchronize(self.device)
             held = torch.cuda.memory_reserved(self.device) - reserved

@@ -4,9 +4,11 @@ and read once.
 A row is split over a cluster of blocks (Hopper thread-block clusters; one block where the row
 is short), the smallest power of two (at most 8) whose slices fit `slice_kb`, so that a decode
 batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte loads at once, then:
-1. max over its values (on packed bfloat16 pairs), reduced over the block and then the cluster:
-   each block writes its part into every block's shared memory before a cluster barrier;
-2. sum of 2^(x log2(e) - max), one exponential per element, reduced the same way into block 0;
+1. each warp takes the max of its values (on packed bfloat16 pairs) and the sum of
+   2^(x log2(e) - its max), one exponential per element;
+2. the warps' (max, sum) pairs are combined over the block, then over the cluster in one
+   exchange: each block writes its pair into block 0's shared memory before one cluster
+   barrier;
 3. block 0 writes max + log(sum) - logits[target] (0 where the target is ignored).
 Rows must be 16-byte aligned with a multiple of 8 columns, as every vocabulary of the task is.
 
@@ -33,6 +35,7 @@ SOURCE = r"""
 #define LOG2E 1.4426950408889634f
 #define NEG_INF __int_as_float(0xff800000)
 #define IGNORE_INDEX (-100LL)
+#define LN2 0.6931471805599453f
 
 __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
@@ -72,26 +75,27 @@ __device__ __forceinline__ void store_to_block(float* slot, unsigned rank, float
 #define CLUSTER_DIMS
 #endif
 
-// Reduces v over the block (max or sum); every thread gets the result. `red` has 32 slots and
-// is not reused until every thread has read it.
-template <bool MAX>
-__device__ __forceinline__ float block_reduce(float v, float* red) {
+__device__ __forceinline__ float warp_max(float v) {
     #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        float o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = MAX ? fmaxf(v, o) : v + o;
-    }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    const int n_warps = THREADS >> 5;
-    v = lane < n_warps ? red[lane] : (MAX ? NEG_INF : 0.f);
-    #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        float o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = MAX ? fmaxf(v, o) : v + o;
-    }
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+// A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty).
+__device__ __forceinline__ float weigh(float s, float m, float big) {
+    return s > 0.f ? s * exp2f(m - big) : 0.f;
+}
+// The (max, sum) of n pairs against their common max; empty pairs (sum 0) take no part.
+__device__ __forceinline__ void combine(const float* ms, const float* ss, int n, float& m,
+                                        float& s) {
+    m = NEG_INF;
+    for (int i = 0; i < n; ++i) m = ss[i] > 0.f ? fmaxf(m, ms[i]) : m;
+    s = 0.f;
+    for (int i = 0; i < n; ++i) s += weigh(ss[i], ms[i], m);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy_resident_bf16(
@@ -102,8 +106,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     __shared__ float red_m[32];
     __shared__ float red_s[32];
 #if CLUSTER > 1
-    // Every block's max, written into each block by its owner, and every block's sum, written
-    // into block 0 (so no block reads another's shared memory, and none waits to leave).
+    // Every block's (max, sum), written into block 0 by its owner (so no block reads another's
+    // shared memory, and none waits to leave).
     __shared__ float parts_m[CLUSTER], parts_s[CLUSTER];
     const unsigned rank = cluster_rank();
     cluster_arrive();
@@ -132,47 +136,50 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         }
     }
 
+    // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
+    // the block's and the cluster's max only rescale the sums.
     unsigned m2 = 0xff80ff80u;
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {
         m2 = max_bf16x2(m2, max_bf16x2(max_bf16x2(p[u].x, p[u].y), max_bf16x2(p[u].z, p[u].w)));
     }
-    float m = block_reduce<true>(fmaxf(bf_lo(m2), bf_hi(m2)), red_m);
-#if CLUSTER > 1
-    cluster_wait();
-    if (threadIdx.x < CLUSTER) store_to_block(&parts_m[rank], threadIdx.x, m);
-    cluster_barrier();
-    m = NEG_INF;
-    #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) m = fmaxf(m, parts_m[r]);
-#endif
-    const float mx = m * LOG2E;
-
+    const float wm = warp_max(fmaxf(bf_lo(m2), bf_hi(m2)));
+    const float mw = wm == NEG_INF ? 0.f : wm * LOG2E;  // a warp of padding only sums to 0
     float s = 0.f;
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {
         const unsigned w[4] = {p[u].x, p[u].y, p[u].z, p[u].w};
         #pragma unroll
         for (int k = 0; k < 4; ++k)
-            s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mx)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mx));
+            s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
-    s = block_reduce<false>(s, red_s);
+    s = warp_sum(s);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
+    __syncthreads();
+    float m_all = 0.f, s_all = 0.f;
+    if (threadIdx.x == 0) combine(red_m, red_s, THREADS >> 5, m_all, s_all);
 #if CLUSTER > 1
-    if (threadIdx.x == 0) store_to_block(&parts_s[rank], 0, s);
-    cluster_barrier();
-    if (rank != 0) return;
-    s = 0.f;
-    #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) s += parts_s[r];
-#endif
+    // Every thread takes part in the cluster barriers; only thread 0 of block 0 goes on.
+    cluster_wait();
     if (threadIdx.x == 0) {
+        store_to_block(&parts_m[rank], 0, m_all);
+        store_to_block(&parts_s[rank], 0, s_all);
+    }
+    cluster_barrier();
+    if (rank != 0 || threadIdx.x != 0) return;
+    combine(parts_m, parts_s, CLUSTER, m_all, s_all);
+#else
+    if (threadIdx.x != 0) return;
+#endif
+    {
         const long long t = targets[row];
         const long long n_cols = (long long)n_vec * 8;
         const unsigned short* xr = reinterpret_cast<const unsigned short*>(xv);
         float out;
         if (t == IGNORE_INDEX) out = 0.f;
         else if (t < 0 || t >= n_cols) out = __int_as_float(0x7fc00000);  // NaN: not a class
-        else out = m + logf(s) - __uint_as_float(((unsigned)xr[t]) << 16);
+        else out = (m_all + log2f(s_all)) * LN2 - __uint_as_float(((unsigned)xr[t]) << 16);
         loss[row] = out;
     }
 }

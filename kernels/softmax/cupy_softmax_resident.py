@@ -4,12 +4,13 @@ A row is split over a cluster of blocks (Hopper thread-block clusters; one block
 is short), so that each block's slice fits in its threads' registers: `slice_kb` is the largest
 slice a block takes, and the cluster is the smallest power of two (at most 8) that gets there.
 Each thread issues all of its 16-byte loads at once (one HBM read, many bytes in flight), then:
-1. max over its values, reduced over the block, then over the cluster: each block writes its
-   part into every block's shared memory (distributed shared memory) before a cluster barrier;
-2. e = 2^(x log2(e) - max), one exponential per element, kept in place as float16 pairs (e is
-   in [0, 1]: float16 keeps 3 more bits than the bfloat16 output), and their sum, reduced the
-   same way;
-3. e / sum, written with streaming stores.
+1. each warp takes the max of its values (on packed bfloat16 pairs) and e = 2^(x log2(e) - its
+   max), one exponential per element, kept in place as float16 pairs (e is in [0, 1]: float16
+   keeps 3 more bits than the bfloat16 output), and their sum;
+2. the warps' (max, sum) pairs are combined over the block, then over the cluster in one
+   exchange: each block writes its pair into every block's shared memory (distributed shared
+   memory) before one cluster barrier;
+3. e * 2^(warp max - row max) / sum, written with streaming stores.
 So HBM sees one read and one write, and the special-function unit one exponential per element
 (the online two-pass kernels spend two). Rows must be 16-byte aligned with a multiple of 8
 columns, as every vocabulary of the task is.
@@ -100,26 +101,27 @@ __device__ __forceinline__ void store_to_block(float* slot, unsigned rank, float
 #define CLUSTER_DIMS
 #endif
 
-// Reduces v over the block (max or sum); every thread gets the result. `red` has 32 slots and
-// is not reused until every thread has read it.
-template <bool MAX>
-__device__ __forceinline__ float block_reduce(float v, float* red) {
+__device__ __forceinline__ float warp_max(float v) {
     #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        float o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = MAX ? fmaxf(v, o) : v + o;
-    }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    const int n_warps = THREADS >> 5;
-    v = lane < n_warps ? red[lane] : (MAX ? NEG_INF : 0.f);
-    #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        float o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = MAX ? fmaxf(v, o) : v + o;
-    }
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+// A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty).
+__device__ __forceinline__ float weigh(float s, float m, float big) {
+    return s > 0.f ? s * exp2f(m - big) : 0.f;
+}
+// The (max, sum) of n pairs against their common max; empty pairs (sum 0) take no part.
+__device__ __forceinline__ void combine(const float* ms, const float* ss, int n, float& m,
+                                        float& s) {
+    m = NEG_INF;
+    for (int i = 0; i < n; ++i) m = ss[i] > 0.f ? fmaxf(m, ms[i]) : m;
+    s = 0.f;
+    for (int i = 0; i < n; ++i) s += weigh(ss[i], ms[i], m);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resident_bf16(
@@ -130,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resid
     __shared__ float red_m[32];
     __shared__ float red_s[32];
 #if CLUSTER > 1
-    // Every block's max and sum, written into each block by its owner (so no block reads
+    // Every block's (max, sum), written into each block by its owner (so no block reads
     // another's shared memory, and none has to wait for the others before it leaves).
     __shared__ float parts_m[CLUSTER], parts_s[CLUSTER];
     const unsigned rank = cluster_rank();
@@ -161,41 +163,40 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resid
         }
     }
 
-    // The max is taken on packed pairs, so the values stay packed until their exponential.
+    // Each warp takes its own max (on packed pairs, so the values stay packed until their
+    // exponential) and exponentiates against it at once: the block's and the cluster's max
+    // only rescale the sums, and each warp's output at the end.
     unsigned m2 = 0xff80ff80u;
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {
         m2 = max_bf16x2(m2, max_bf16x2(max_bf16x2(p[u].x, p[u].y), max_bf16x2(p[u].z, p[u].w)));
     }
-    float m = fmaxf(bf_lo(m2), bf_hi(m2));
-    m = block_reduce<true>(m, red_m);
-#if CLUSTER > 1
-    cluster_wait();
-    if (threadIdx.x < CLUSTER) store_to_block(&parts_m[rank], threadIdx.x, m);
-    cluster_barrier();
-    m = NEG_INF;
-    #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) m = fmaxf(m, parts_m[r]);
-#endif
-    const float mx = m * LOG2E;
-
+    const float wm = warp_max(fmaxf(bf_lo(m2), bf_hi(m2)));
+    const float mw = wm == NEG_INF ? 0.f : wm * LOG2E;  // a warp of padding only sums to 0
     float s = 0.f;
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {
-        p[u].x = exp_pair(p[u].x, mx, s);
-        p[u].y = exp_pair(p[u].y, mx, s);
-        p[u].z = exp_pair(p[u].z, mx, s);
-        p[u].w = exp_pair(p[u].w, mx, s);
+        p[u].x = exp_pair(p[u].x, mw, s);
+        p[u].y = exp_pair(p[u].y, mw, s);
+        p[u].z = exp_pair(p[u].z, mw, s);
+        p[u].w = exp_pair(p[u].w, mw, s);
     }
-    s = block_reduce<false>(s, red_s);
+    s = warp_sum(s);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
+    __syncthreads();
+    float m_all, s_all;
+    combine(red_m, red_s, THREADS >> 5, m_all, s_all);
 #if CLUSTER > 1
-    if (threadIdx.x < CLUSTER) store_to_block(&parts_s[rank], threadIdx.x, s);
+    cluster_wait();
+    if (threadIdx.x < CLUSTER) {
+        store_to_block(&parts_m[rank], threadIdx.x, m_all);
+        store_to_block(&parts_s[rank], threadIdx.x, s_all);
+    }
     cluster_barrier();
-    s = 0.f;
-    #pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) s += parts_s[r];
+    combine(parts_m, parts_s, CLUSTER, m_all, s_all);
 #endif
-    const float inv = 1.f / s;
+    const float inv = exp2f(mw - m_all) / s_all;
 
     uint4* yt = yv + v0 + threadIdx.x;
     #pragma unroll
