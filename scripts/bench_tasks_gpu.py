@@ -111,6 +111,13 @@ PLANS = [
         tag="decode",
     ),
     Plan(
+        "softmax",
+        "cupy_softmax_resident.py",
+        ["prefill-8192x151936", "prefill-2048x151936"],
+        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        tag="152k",
+    ),
+    Plan(
         "cross_entropy",
         "triton_cross_entropy.py",
         ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],

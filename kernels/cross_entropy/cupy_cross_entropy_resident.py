@@ -89,13 +89,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float weigh(float s, float m, float big) {
     return s > 0.f ? s * exp2f(m - big) : 0.f;
 }
-// The (max, sum) of n pairs against their common max; empty pairs (sum 0) take no part.
+// The (max, sum) of n <= 32 pairs against their common max, one pair a lane; empty pairs
+// (sum 0) take no part. Every lane of the warp gets the result.
 __device__ __forceinline__ void combine(const float* ms, const float* ss, int n, float& m,
                                         float& s) {
-    m = NEG_INF;
-    for (int i = 0; i < n; ++i) m = ss[i] > 0.f ? fmaxf(m, ms[i]) : m;
-    s = 0.f;
-    for (int i = 0; i < n; ++i) s += weigh(ss[i], ms[i], m);
+    const int lane = threadIdx.x & 31;
+    const float si = lane < n ? ss[lane] : 0.f;
+    const float mi = si > 0.f ? ms[lane] : NEG_INF;
+    m = warp_max(mi);
+    s = warp_sum(weigh(si, mi, m));
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy_resident_bf16(
@@ -136,6 +138,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         }
     }
 
+    // The target's logit, fetched while the row's loads are in flight (by the thread that
+    // writes the loss).
+    long long target = 0;
+    float picked = 0.f;
+    if (rank == 0 && threadIdx.x == 0) {
+        target = targets[row];
+        if (target >= 0 && target < (long long)n_vec * 8)
+            picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
+    }
+
     // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
     // the block's and the cluster's max only rescale the sums.
     unsigned m2 = 0xff80ff80u;
@@ -158,28 +170,25 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
     __syncthreads();
     float m_all = 0.f, s_all = 0.f;
-    if (threadIdx.x == 0) combine(red_m, red_s, THREADS >> 5, m_all, s_all);
+    if (warp == 0) combine(red_m, red_s, THREADS >> 5, m_all, s_all);
 #if CLUSTER > 1
-    // Every thread takes part in the cluster barriers; only thread 0 of block 0 goes on.
+    // Every thread takes part in the cluster barriers; only warp 0 of block 0 goes on.
     cluster_wait();
     if (threadIdx.x == 0) {
         store_to_block(&parts_m[rank], 0, m_all);
         store_to_block(&parts_s[rank], 0, s_all);
     }
     cluster_barrier();
-    if (rank != 0 || threadIdx.x != 0) return;
+    if (rank != 0 || warp != 0) return;
     combine(parts_m, parts_s, CLUSTER, m_all, s_all);
 #else
-    if (threadIdx.x != 0) return;
+    if (warp != 0) return;
 #endif
-    {
-        const long long t = targets[row];
-        const long long n_cols = (long long)n_vec * 8;
-        const unsigned short* xr = reinterpret_cast<const unsigned short*>(xv);
+    if (lane == 0) {
         float out;
-        if (t == IGNORE_INDEX) out = 0.f;
-        else if (t < 0 || t >= n_cols) out = __int_as_float(0x7fc00000);  // NaN: not a class
-        else out = (m_all + log2f(s_all)) * LN2 - __uint_as_float(((unsigned)xr[t]) << 16);
+        if (target == IGNORE_INDEX) out = 0.f;
+        else if (target < 0 || target >= (long long)n_vec * 8) out = __int_as_float(0x7fc00000);
+        else out = (m_all + log2f(s_all)) * LN2 - picked;  // NaN above: not a class
         loss[row] = out;
     }
 }

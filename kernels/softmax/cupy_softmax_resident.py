@@ -115,13 +115,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float weigh(float s, float m, float big) {
     return s > 0.f ? s * exp2f(m - big) : 0.f;
 }
-// The (max, sum) of n pairs against their common max; empty pairs (sum 0) take no part.
+// The (max, sum) of n <= 32 pairs against their common max, one pair a lane; empty pairs
+// (sum 0) take no part. Every lane of the warp gets the result.
 __device__ __forceinline__ void combine(const float* ms, const float* ss, int n, float& m,
                                         float& s) {
-    m = NEG_INF;
-    for (int i = 0; i < n; ++i) m = ss[i] > 0.f ? fmaxf(m, ms[i]) : m;
-    s = 0.f;
-    for (int i = 0; i < n; ++i) s += weigh(ss[i], ms[i], m);
+    const int lane = threadIdx.x & 31;
+    const float si = lane < n ? ss[lane] : 0.f;
+    const float mi = si > 0.f ? ms[lane] : NEG_INF;
+    m = warp_max(mi);
+    s = warp_sum(weigh(si, mi, m));
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resident_bf16(
