@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import math
 import subprocess
 from collections.abc import Callable
@@ -379,8 +380,10 @@ def _tuned_kernel_fake(args: list[torch.Tensor], index: int) -> list[torch.Tenso
     return _as_list(_KERNELS[index][1](*args))
 
 
-class _OpToken:
-    """Stands for one tuned op in the calls dynamo traces (guarded by identity)."""
+# Numbers the tuned ops, for the calls dynamo traces (an int is a constant to every torch
+# version's dynamo, and guarded by value; an object argument to an assumed-constant function
+# fails to trace in torch 2.11).
+_OP_IDS = itertools.count()
 
 
 def _tuned_op(
@@ -441,12 +444,12 @@ def _tuned_op(
     traced = [eager, *task.module.PEERS.values()]
     resolved: dict[tuple, tuple[int | None, int | None]] = {}
     # Every tuned op's `run` shares one code object, and an assumed-constant result is not
-    # guarded: passing this op's own object makes dynamo guard on it, so a block compiled from
+    # guarded: passing this op's own number makes dynamo guard on it, so a block compiled from
     # another table never reuses this one's graph.
-    this_op = _OpToken()
+    this_op = next(_OP_IDS)
 
     @torch.compiler.assume_constant_result
-    def index_of(op_token: object, key: tuple) -> tuple[int | None, int | None]:
+    def index_of(op_id: int, key: tuple) -> tuple[int | None, int | None]:
         """(i, None) runs traced[i], torch code the compiler traces; (None, i) runs _KERNELS[i]
         as one opaque op."""
         if key not in resolved:
