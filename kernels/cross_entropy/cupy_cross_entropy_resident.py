@@ -24,7 +24,7 @@ import torch
 LANGUAGE = "cupy"
 PARAMS = {
     "threads": [128, 256, 512, 1024],
-    "slice_kb": [16, 32, 64, 128],
+    "slice_kb": [8, 16, 32, 64, 128],
 }
 MAX_CLUSTER = 8
 MAX_VECTORS_PER_THREAD = 32
