@@ -6,7 +6,8 @@ configuration against the peers over the plan's shapes. Writes one JSON file per
 OUT_DIR and prints a summary line each.
 
     uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]
-        [--peer NAME ...] [--best-from EARLIER_SWEEP_DIR ...] [--e2e-shapes]
+        [--candidates f.py,...] [--tags t,...] [--peer NAME ...] [--best-from EARLIER_DIR ...]
+        [--e2e-shapes]
 
 --sweep alone (with --no-bench) takes about 3-5 minutes of GPU time for all five tasks.
 """
@@ -322,6 +323,9 @@ def main() -> int:
         "--candidates", default="", help="Comma-separated candidate files (cupy_softmax.py) [all]."
     )
     parser.add_argument(
+        "--tags", default="", help="Comma-separated plan tags ('-' for untagged plans) [all]."
+    )
+    parser.add_argument(
         "--e2e-shapes",
         action="store_true",
         help="Also bench the shapes the end-to-end decoder blocks call (E2E_SHAPES).",
@@ -341,6 +345,8 @@ def main() -> int:
         if wanted and plan.task not in wanted:
             continue
         if args.candidates and plan.candidate not in args.candidates.split(","):
+            continue
+        if args.tags and (plan.tag or "-") not in args.tags.split(","):
             continue
         if args.e2e_shapes:
             extra = [s for s in E2E_SHAPES.get(plan.task, []) if s not in plan.shapes]

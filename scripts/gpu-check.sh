@@ -21,6 +21,7 @@
 #             dispatch tables in E2E_DISPATCH, else those of an earlier dispatch, fullrun or run
 #             stage in the same call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
+#   profile-softmax  scripts/profile_softmax_gpu.sh: ncu of the register-resident CuPy softmax
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
 # 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
 # Logs and JSON are written under a work folder and packed into $OUT/results.tgz (the device
@@ -71,6 +72,9 @@ for stage in "$@"; do
         tables=${E2E_DISPATCH:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
         timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
             --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
+        ;;
+    profile-softmax)
+        timeout "$(limit 150)" bash scripts/profile_softmax_gpu.sh "$OUT/profile" 2>&1 | tail -5
         ;;
     profile)
         timeout "$(limit 120)" ncu --clock-control none --csv --print-units base --target-processes all \
