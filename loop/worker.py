@@ -705,12 +705,15 @@ def _time_shape(
             if device == "cuda":
                 # Several captures, one per block in turn: where one capture's outputs landed
                 # can move its time by tenths of a percent for as long as it lives. Fewer when
-                # a capture holds much memory (large outputs average out their placement within
-                # one capture anyway).
+                # a capture holds much memory: large outputs (their placement averages out
+                # within one capture anyway), or a peer's intermediates in its graph's pool.
                 graph, out, held = timer.capture_held(lambda r=runner: _call(r, inputs))
                 slots = [(graph, out)]
                 outputs = sum(t.numel() * t.element_size() for t in _as_tuple(out))
-                wanted = capture_count(outputs, held, timing.CAPTURE_SLOTS)
+                # A candidate's pool does not count: it could allocate scratch it never uses
+                # to opt out of the averaging over captures.
+                pool = held if runner.kind != "candidate" else 0
+                wanted = capture_count(outputs, pool, timing.CAPTURE_SLOTS)
                 slots += [
                     timer.capture(lambda r=runner: _call(r, inputs)) for _ in range(wanted - 1)
                 ]
@@ -798,8 +801,8 @@ def _time_shape(
     current.clear()  # free the last value set before the re-verification draws its own
     floor = _floor_s(ctx.task, shape, ceilings)
     checked = []
-    for i, blocks in enumerate(medians):
-        runner = bound[i][0]
+    for i, (timed_runner, blocks) in enumerate(zip(bound, medians, strict=True)):
+        runner = timed_runner[0]
         entry = runner.shapes.setdefault(shape.name, {})
         entry.update(
             blocks_s=blocks,
@@ -821,10 +824,10 @@ def _time_shape(
                 )
             )
             continue
-        checked.append((runner, bound[i][2]))
+        checked.append((runner, timed_runner[2]))
     # The peers' captures (and their pools) go before the re-verification draws its reference:
     # `checked` is the only holder of a capture left.
-    del bound, pair, marked
+    del bound, timed_runner, pair, marked
     if device == "cuda":
         torch.cuda.empty_cache()
     if checked:

@@ -74,7 +74,8 @@ for stage in "$@"; do
             --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
         ;;
     profile-softmax)
-        timeout "$(limit 150)" bash scripts/profile_softmax_gpu.sh "$OUT/profile" 2>&1 | tail -5
+        timeout "$(limit 150)" bash scripts/profile_softmax_gpu.sh "$OUT/profile" 2>&1 |
+            tee "$OUT/profile-softmax.log" | tail -5
         ;;
     profile)
         timeout "$(limit 120)" ncu --clock-control none --csv --print-units base --target-processes all \

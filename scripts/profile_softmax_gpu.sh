@@ -5,10 +5,10 @@
 # (--clock-control none). Writes OUT_DIR/softmax-ncu.csv.
 #   bash scripts/profile_softmax_gpu.sh OUT_DIR [CONFIG_JSON ...]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-out=$1
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
 shift
-mkdir -p "$out"
+cd "$(dirname "$0")/.."
 configs=("$@")
 [ $# -eq 0 ] && configs=('{"threads": 256, "slice_kb": 32}' '{"threads": 128, "slice_kb": 64}')
 ncu --clock-control none --csv --print-units base --target-processes all \

@@ -85,9 +85,10 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
-// A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty).
+// A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
+// sum, from a NaN or +inf input, stays NaN, as in torch).
 __device__ __forceinline__ float weigh(float s, float m, float big) {
-    return s > 0.f ? s * exp2f(m - big) : 0.f;
+    return s == 0.f ? 0.f : s * exp2f(m - big);
 }
 // The (max, sum) of n <= 32 pairs against their common max, one pair a lane; empty pairs
 // (sum 0) take no part. Every lane of the warp gets the result.
@@ -95,7 +96,7 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
                                         float& s) {
     const int lane = threadIdx.x & 31;
     const float si = lane < n ? ss[lane] : 0.f;
-    const float mi = si > 0.f ? ms[lane] : NEG_INF;
+    const float mi = si == 0.f ? NEG_INF : ms[lane];
     m = warp_max(mi);
     s = warp_sum(weigh(si, mi, m));
 }
@@ -254,6 +255,8 @@ def kernel(
     n_rows, n_cols = x.shape
     if targets.dtype != torch.int64 or targets.shape != (n_rows,):
         raise ValueError("targets must be int64 of shape (rows,)")
+    if targets.device != x.device:
+        raise ValueError(f"targets are on {targets.device}, the logits on {x.device}")
     targets = targets.contiguous()
     loss = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_cols % 8 or x.stride(0) % 8 or x.data_ptr() % 16:

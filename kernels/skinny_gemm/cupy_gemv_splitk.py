@@ -168,6 +168,8 @@ def kernel(
         raise ValueError("x and w must be contiguous CUDA tensors")
     m, k = x.shape
     n = w.shape[0]
+    if w.dim() != 2 or w.shape[1] != k or w.device != x.device:
+        raise ValueError(f"w must be (n, {k}) on {x.device}, got {tuple(w.shape)} on {w.device}")
     if k % 8 or x.data_ptr() % 16 or w.data_ptr() % 16:
         raise ValueError("cupy_gemv_splitk needs K a multiple of 8 and 16-byte aligned x and w")
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)

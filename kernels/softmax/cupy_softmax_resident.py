@@ -111,9 +111,10 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
-// A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty).
+// A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
+// sum, from a NaN or +inf input, stays NaN, as in torch).
 __device__ __forceinline__ float weigh(float s, float m, float big) {
-    return s > 0.f ? s * exp2f(m - big) : 0.f;
+    return s == 0.f ? 0.f : s * exp2f(m - big);
 }
 // The (max, sum) of n <= 32 pairs against their common max, one pair a lane; empty pairs
 // (sum 0) take no part. Every lane of the warp gets the result.
@@ -121,7 +122,7 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
                                         float& s) {
     const int lane = threadIdx.x & 31;
     const float si = lane < n ? ss[lane] : 0.f;
-    const float mi = si > 0.f ? ms[lane] : NEG_INF;
+    const float mi = si == 0.f ? NEG_INF : ms[lane];
     m = warp_max(mi);
     s = warp_sum(weigh(si, mi, m));
 }
@@ -198,7 +199,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS softmax_resid
     cluster_barrier();
     combine(parts_m, parts_s, CLUSTER, m_all, s_all);
 #endif
-    const float inv = exp2f(mw - m_all) / s_all;
+    // A warp whose values are all -inf writes 0 (its 2^(mw - m_all) could overflow).
+    const float inv = s == 0.f ? 0.f : exp2f(mw - m_all) / s_all;
 
     uint4* yt = yv + v0 + threadIdx.x;
     #pragma unroll

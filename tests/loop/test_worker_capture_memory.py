@@ -1,7 +1,8 @@
 """How many CUDA graphs a runner's blocks rotate through at a shape: eight, fewer where one
-capture holds much memory (its outputs, or the intermediates its graph's pool keeps), so that a
-peer that upcasts a large batch cannot fill the GPU before the re-verification draws its
-reference."""
+capture holds much memory (its outputs, or for a peer the intermediates its graph's pool keeps),
+so that a peer that upcasts a large batch cannot fill the GPU before the re-verification draws
+its reference. A candidate's pool does not count: scratch it never uses must not buy it out of
+the averaging over captures."""
 
 from __future__ import annotations
 
@@ -77,6 +78,21 @@ CANDIDATE = textwrap.dedent(
     """
 )
 
+# A candidate that allocates 1 GiB of scratch it never reads in every call.
+SCRATCHY = textwrap.dedent(
+    """
+    import torch
+
+    LANGUAGE = "torch"
+
+
+    def kernel(x):
+        scratch = torch.empty(1 << 28, device=x.device)
+        del scratch
+        return x * 2.0
+    """
+)
+
 
 @pytest.mark.gpu
 def test_a_peer_whose_graph_holds_much_memory_is_captured_fewer_times(tmp_path) -> None:
@@ -89,11 +105,15 @@ def test_a_peer_whose_graph_holds_much_memory_is_captured_fewer_times(tmp_path) 
     folder.mkdir()
     (folder / "task.py").write_text(TASK)
     (folder / "double.py").write_text(CANDIDATE)
+    (folder / "scratchy.py").write_text(SCRATCHY)
     task = load_task(str(folder))
     rule = {"samples_per_block": 3, "min_blocks": 4, "max_blocks": 6, "warmup": 1}
     ev = evaluate(
         task,
-        [CandidateSpec(folder / "double.py", {}, "double")],
+        [
+            CandidateSpec(folder / "double.py", {}, "double"),
+            CandidateSpec(folder / "scratchy.py", {}, "scratchy"),
+        ],
         "cuda",
         time_it=True,
         peers=["upcasting"],
@@ -106,3 +126,7 @@ def test_a_peer_whose_graph_holds_much_memory_is_captured_fewer_times(tmp_path) 
     assert candidate.shapes["n16m"].captures == timer.CAPTURE_SLOTS
     # Over 2 GiB in its pool: one capture.
     assert peer.shapes["n16m"].captures == 1
+    # 1 GiB of scratch in its pool, but a candidate is counted by its outputs.
+    scratchy = ev.by_label("scratchy")
+    assert scratchy.accepted, scratchy.reasons
+    assert scratchy.shapes["n16m"].captures == timer.CAPTURE_SLOTS
