@@ -4,9 +4,21 @@ beat it; `load` gives model code a function that picks by shape at run time."""
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from baselines.stats import decide, ratio_interval, summarize
+
+
+def contest(peer_blocks: list[float], cand_blocks: list[float], min_effect: float):
+    """The rule that gives a shape to the candidate or the best peer (the loop's final
+    comparison): the ratio interval of peer / candidate block times, as a dict, and the winner,
+    "candidate" only where the interval is decided `faster` at `min_effect`, else "peer"."""
+    interval = ratio_interval(peer_blocks, cand_blocks)
+    speedup = {"ratio": interval.ratio, "ci_low": interval.ci_low, "ci_high": interval.ci_high}
+    return speedup, "candidate" if decide(interval, min_effect) == "faster" else "peer"
 
 
 def build_dispatch(task_name: str, bucket_key: str | None, rows: list[dict]) -> dict:
@@ -104,10 +116,6 @@ def from_benches(
     Documents of another device kind are left out. A table names a candidate by file name, which
     model code loads from the task's folder: a candidate benched from anywhere else is an
     error."""
-    import statistics
-
-    from baselines.stats import decide, ratio_interval, summarize
-
     kind = device.split(":")[0]
     mine = [
         d
@@ -153,14 +161,7 @@ def from_benches(
         winner, best, speedup = "candidate", None, None
         if peers:
             best = min(peer_times, key=lambda label: peer_times[label].median)
-            interval = ratio_interval(peers[best], cand)
-            speedup = {
-                "ratio": interval.ratio,
-                "ci_low": interval.ci_low,
-                "ci_high": interval.ci_high,
-            }
-            if decide(interval, min_effect) != "faster":
-                winner = "peer"
+            speedup, winner = contest(peers[best], cand, min_effect)
         entries.append(
             {
                 "shape": shape.name,

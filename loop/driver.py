@@ -23,10 +23,10 @@ from pathlib import Path
 
 import optuna
 
-from baselines.stats import decide, geomean_ratio_interval, ratio_interval, summarize
+from baselines.stats import geomean_ratio_interval, summarize
 from loop import brief as briefs
 from loop.agent import DEFAULT_TIMEOUT_S, AgentProposer
-from loop.dispatch import build_dispatch, save_dispatch
+from loop.dispatch import build_dispatch, contest, save_dispatch
 from loop.evaluator import (
     CandidateSpec,
     Evaluation,
@@ -677,15 +677,10 @@ def final_comparison(cfg: LoopConfig, params: dict, path: Path | None = None) ->
         }
         best = ev.best_peer(shape.name)
         if best is not None:
-            interval = ratio_interval(best.shapes[shape.name].blocks_s, mine.blocks_s)
             row["best_peer"] = best.label
-            row["speedup_vs_best_peer"] = {
-                "ratio": interval.ratio,
-                "ci_low": interval.ci_low,
-                "ci_high": interval.ci_high,
-            }
-            if decide(interval, cfg.min_effect) != "faster":
-                row["winner"] = "peer"
+            row["speedup_vs_best_peer"], row["winner"] = contest(
+                best.shapes[shape.name].blocks_s, mine.blocks_s, cfg.min_effect
+            )
         rows.append(row)
     return rows
 

@@ -1276,14 +1276,16 @@ def _supers(tree: ast.Module) -> dict[int, frozenset[str]]:
             )
         )
         for node in ast.walk(cls):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == "super"
-                and not node.args
-            ):
+            if _super_call(node) and not node.args:
                 out[id(node)] = defined
     return out
+
+
+def _super_call(node: ast.AST) -> bool:
+    """`node` is a call of `super`."""
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+    )
 
 
 def _root_node(node: ast.AST) -> ast.AST:
@@ -1307,12 +1309,7 @@ def _owned(node: ast.Attribute, own: set[str], roots: _OwnRoots) -> bool:
     `super()` only dunders (`super().__init__`): a private name there is the library base
     class's (`super()._convert_` of enum's metaclass writes into any module)."""
     value = node.value
-    through_super = (
-        isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Name)
-        and value.func.id == "super"
-    )
-    if through_super and not (node.attr.startswith("__") and node.attr.endswith("__")):
+    if _super_call(value) and not (node.attr.startswith("__") and node.attr.endswith("__")):
         return node.attr in roots.supers.get(id(value), frozenset())
     return node.attr in own and roots.holds(value)
 

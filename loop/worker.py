@@ -741,23 +741,22 @@ def _time_shape(
                     return got
 
                 return block, replay
-            else:
 
-                def block(n, r=runner):
-                    samples = []
-                    for _ in range(n):
-                        rotate()
-                        got: list = []
-                        samples += timing.cpu_block(lambda g=got: g.append(_call(r, inputs)), 1)
-                        untouched(r)
-                        if r.kind == "candidate":
-                            _check_timed_output(ctx, shape, got[0], current[0])
-                    return samples
+            def block(n, r=runner):
+                samples = []
+                for _ in range(n):
+                    rotate()
+                    got: list = []
+                    samples += timing.cpu_block(lambda g=got: g.append(_call(r, inputs)), 1)
+                    untouched(r)
+                    if r.kind == "candidate":
+                        _check_timed_output(ctx, shape, got[0], current[0])
+                return samples
 
-                def replay(r=runner):
-                    return [tuple(t.clone() for t in _as_tuple(_call(r, inputs)))]
+            def replay(r=runner):
+                return [tuple(t.clone() for t in _as_tuple(_call(r, inputs)))]
 
-                return block, replay
+            return block, replay
 
         except timing.CaptureError as exc:
             runner.drop(
@@ -773,8 +772,10 @@ def _time_shape(
         chan.mark(runner.label, shape.name)
         pair = bind(runner)
         if pair is not None:
-            marked = _marked(chan, runner.label, shape.name, pair[0], len(bound))
-            bound.append((runner, marked, pair[1]))
+            block, replay = pair
+            bound.append(
+                (runner, _marked(chan, runner.label, shape.name, block, len(bound)), replay)
+            )
     if not bound:
         return
     while True:
@@ -827,7 +828,7 @@ def _time_shape(
         checked.append((runner, timed_runner[2]))
     # The peers' captures (and their pools) go before the re-verification draws its reference:
     # `checked` is the only holder of a capture left.
-    del bound, timed_runner, pair, marked
+    del bound, timed_runner, pair, block, replay
     if device == "cuda":
         torch.cuda.empty_cache()
     if checked:

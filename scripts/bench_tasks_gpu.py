@@ -53,6 +53,27 @@ def _grid(axes: dict, *extra: dict) -> list[dict]:
 # the copy bandwidth.
 SKINNY_NK = ["n4096-k4096", "n6144-k4096", "n28672-k4096", "n4096-k14336", "n7168-k18432"]
 
+# Softmax and cross-entropy: the large vocabularies at a long prefill, and a decode batch (the
+# first is the sweep shape); the decode plans sweep at a decode batch.
+VOCAB_SHAPES = [
+    "prefill-8192x128256",
+    "prefill-8192x32000",
+    "prefill-8192x151936",
+    "decode-64x128256",
+]
+VOCAB_DECODE_SHAPES = [
+    "decode-64x128256",
+    "decode-256x128256",
+    "decode-64x151936",
+    "decode-64x32000",
+]
+# The row-resident CuPy kernels' launch shapes: block size and the largest slice of a row a block
+# holds.
+RESIDENT_GRID = _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]})
+# The skinny GEMM's peers: no torch.compile, whose matmul is an extern cuBLAS call, and
+# compiling every shape outran 150 s on the H200.
+GEMV_PEERS = ["cublas", "eager"]
+
 PLANS = [
     Plan(
         "rmsnorm",
@@ -77,7 +98,7 @@ PLANS = [
     Plan(
         "softmax",
         "triton_softmax.py",
-        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        VOCAB_SHAPES,
         _grid(
             {"block": [4096, 8192, 16384], "num_warps": [8, 16, 32]},
             {"block": 8192, "num_warps": 16, "pass1_eviction": "", "pass2_eviction": ""},
@@ -88,40 +109,40 @@ PLANS = [
     Plan(
         "softmax",
         "cupy_softmax.py",
-        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        VOCAB_SHAPES,
         _grid({"threads": [512, 1024], "cache_kb": [0, 96, 200], "unroll": [2, 4]}),
     ),
     Plan(
         "softmax",
         "cupy_softmax.py",
-        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        VOCAB_SHAPES,
         _grid({"cluster": [2, 4, 8], "threads": [256, 512, 1024], "unroll": [2, 4]}),
         tag="cluster",
     ),
     Plan(
         "softmax",
         "cupy_softmax_resident.py",
-        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        VOCAB_SHAPES,
+        RESIDENT_GRID,
     ),
     Plan(
         "softmax",
         "cupy_softmax_resident.py",
-        ["decode-64x128256", "decode-256x128256", "decode-64x151936", "decode-64x32000"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        VOCAB_DECODE_SHAPES,
+        RESIDENT_GRID,
         tag="decode",
     ),
     Plan(
         "softmax",
         "cupy_softmax_resident.py",
         ["prefill-8192x151936", "prefill-2048x151936"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        RESIDENT_GRID,
         tag="152k",
     ),
     Plan(
         "cross_entropy",
         "triton_cross_entropy.py",
-        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
+        VOCAB_SHAPES,
         _grid(
             {"block": [4096, 8192, 16384], "num_warps": [8, 16, 32]},
             {"block": 8192, "num_warps": 16, "eviction": ""},
@@ -132,28 +153,26 @@ PLANS = [
         "cupy_gemv.py",
         [f"m{m}-{nk}" for nk in SKINNY_NK for m in (1, 16)],
         _grid({"rows": [16], "warps_per_block": [4, 8, 16], "unroll": [2, 4, 8]}),
-        # No torch.compile: inductor's matmul is an extern cuBLAS call, and compiling every
-        # shape outran 150 s on the H200.
-        peers=["cublas", "eager"],
+        peers=GEMV_PEERS,
     ),
     Plan(
         "skinny_gemm",
         "cupy_gemv_splitk.py",
         [f"m1-{nk}" for nk in SKINNY_NK] + ["m4-n7168-k7168", "m4-n4096-k14336"],
         _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]}),
-        peers=["cublas", "eager"],
+        peers=GEMV_PEERS,
     ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
-        ["prefill-8192x128256", "prefill-8192x32000", "prefill-8192x151936", "decode-64x128256"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        VOCAB_SHAPES,
+        RESIDENT_GRID,
     ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
-        ["decode-64x128256", "decode-256x128256", "decode-64x151936", "decode-64x32000"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]}),
+        VOCAB_DECODE_SHAPES,
+        RESIDENT_GRID,
         tag="decode",
     ),
     Plan(

@@ -48,7 +48,7 @@ def gpu_evaluate(task: Task, shipped: list[tuple[str, dict]]) -> Evaluation:
     return evaluate(task, specs, "cuda")
 
 
-def nvrtc_or_skip():
+def _nvrtc_or_skip():
     """CuPy's NVRTC binding, or a skip where the CUDA wheels are absent or do not load."""
     try:
         from cupy_backends.cuda.libs import nvrtc
@@ -67,8 +67,9 @@ def candidate_module(task: Task, name: str) -> ModuleType:
     return module
 
 
-def assert_cuda_compiles(nvrtc, source: str, options: list[str], what: str) -> None:
-    """NVRTC and ptxas accept `source` with `options` and give a cubin."""
+def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
+    """NVRTC and ptxas accept `source` with `options` and give a cubin (a skip without NVRTC)."""
+    nvrtc = _nvrtc_or_skip()
     program = nvrtc.createProgram(source, "candidate.cu", [], [])
     try:
         nvrtc.compileProgram(program, options)
@@ -81,7 +82,6 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
     """Every (threads, slice_kb) of a row-resident CuPy candidate's PARAMS that its plan takes,
     at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where one block takes the
     row)."""
-    nvrtc = nvrtc_or_skip()
     module = candidate_module(task, candidate)
     builds = set()
     for vocab in {shape.dims["vocab"] for shape in task.shapes("cuda")}:
@@ -96,7 +96,6 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
                     builds.add(("sm_80", threads, launch))
     for arch, threads, launch in sorted(builds, key=repr):
         assert_cuda_compiles(
-            nvrtc,
             module.SOURCE,
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",

@@ -10,7 +10,7 @@ import torch
 from loop.guards import check_source
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
-from tests.kernels.task_checks import assert_cuda_compiles, candidate_module, nvrtc_or_skip
+from tests.kernels.task_checks import assert_cuda_compiles, candidate_module
 
 TRITON_PARAMS = {"block_n": 16, "block_k": 32, "split_k": 2, "num_stages": 1}
 
@@ -127,7 +127,6 @@ def test_the_split_k_gemv_plans_warps_for_the_vectors_each_lane_holds(task) -> N
 
 
 def test_the_split_k_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
-    nvrtc = nvrtc_or_skip()
     module = candidate_module(task, "cupy_gemv_splitk.py")
     builds = set()
     for shape in task.shapes("cuda"):
@@ -140,7 +139,7 @@ def test_the_split_k_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> No
                     builds.add((min(rows, shape.dims["m"]), k_warps, n_per_block, vectors))
     for build in sorted(builds):
         assert_cuda_compiles(
-            nvrtc, module.SOURCE, ["-arch=sm_90", *module.compile_options(*build)], str(build)
+            module.SOURCE, ["-arch=sm_90", *module.compile_options(*build)], str(build)
         )
 
 

@@ -22,7 +22,6 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
-    nvrtc_or_skip,
 )
 
 # Normalises over the first 1024 columns only: right on small rows, wrong on a vocabulary.
@@ -120,7 +119,6 @@ def test_the_cuda_source_compiles_for_ampere_and_hopper(task) -> None:
     included) goes through NVRTC and ptxas at each compile-time parameter: for sm_80 without
     clusters, for sm_90 with each cluster size. No GPU is needed, so a typo costs no device
     time; running it is the GPU test above."""
-    nvrtc = nvrtc_or_skip()
     module = candidate_module(task, "cupy_softmax.py")
     builds = [("sm_80", unroll, 1) for unroll in module.PARAMS["unroll"]]
     builds += [
@@ -130,7 +128,6 @@ def test_the_cuda_source_compiles_for_ampere_and_hopper(task) -> None:
     ]
     for arch, unroll, cluster in builds:
         assert_cuda_compiles(
-            nvrtc,
             module.SOURCE,
             [f"-arch={arch}", *module.compile_options(unroll, cluster)],
             f"{arch} unroll={unroll} cluster={cluster}",
