@@ -93,22 +93,29 @@ for stage in $STAGES; do
         # Default peers: eager (expanded KV), torch.compile, sdpa-gqa, flash-attn when installed.
         bench gqa_decode triton_gqa_decode.py default '{}' "" \
             b1-kv131072 b4-kv131072 b1-kv32768 b16-kv8192 b64-kv2048
-        sweep gqa_decode triton_gqa_decode.py sweep eager b1-kv131072,b4-kv131072,b16-kv8192 \
+        sweep gqa_decode triton_gqa_decode.py sweep eager b1-kv131072,b1-kv32768,b4-kv131072,b16-kv8192 \
             '{}' \
             '{"block_n":128,"num_warps":8,"num_stages":2}' \
             '{"block_n":32,"num_warps":2,"num_stages":4,"programs_per_sm":8}' \
             '{"block_n":64,"num_warps":4,"num_stages":4,"split_tokens":1024}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"use_dot":false}' \
-            '{"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}'
+            '{"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}' \
+            '{"block_n":128,"num_warps":4,"num_stages":3,"programs_per_sm":8}' \
+            '{"block_n":64,"num_warps":4,"num_stages":4,"programs_per_sm":8}'
         ;;
     mla_decode)
         # Default peers: eager (DeepSeek's einsum decode), torch.compile, sdpa-mqa.
         bench mla_decode triton_mla_decode.py default '{}' "" b1-kv131072 b4-kv131072 b16-kv8192 b64-kv4096
-        sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b64-kv4096 \
-            '{"block_h":16,"block_n":32,"num_warps":4,"num_stages":2}' \
-            '{"block_h":64,"block_n":16,"num_warps":8,"num_stages":2}' \
-            '{"block_h":32,"block_n":64,"num_warps":8,"num_stages":1}' \
-            '{"block_h":32,"block_n":32,"num_warps":8,"num_stages":3,"programs_per_sm":4}'
+        sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b16-kv8192,b64-kv4096 \
+            '{}' \
+            '{"block_h":64,"block_n":64,"num_warps":8,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":64,"block_n":64,"num_warps":8,"num_stages":1,"programs_per_sm":2}' \
+            '{"block_h":64,"block_n":32,"num_warps":8,"num_stages":2,"programs_per_sm":2}' \
+            '{"block_h":64,"block_n":32,"num_warps":4,"num_stages":3,"programs_per_sm":2}' \
+            '{"block_h":64,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":32,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}' \
+            '{"block_h":64,"block_n":16,"num_warps":4,"num_stages":3,"programs_per_sm":2}' \
+            '{"block_h":16,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":4}'
         ;;
     prefill_attention)
         # Against SDPA pinned to its two fastest backends: eager is SDPA's own pick among them,
