@@ -106,15 +106,23 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def split_count(programs: int, blocks: int, sms: int, programs_per_sm: int) -> int:
+    """Splits per (sequence, head block) so that all programs run in one wave of
+    `programs_per_sm` per SM: the split kernel is compute-bound, and a second, part-filled wave
+    costs as much as the first (at 132 SMs, 16 sequences x 2 head blocks: 4 splits, 128
+    programs; rounding up to 5 splits gives 160 programs, a second wave of 28)."""
+    return max(1, min(blocks, programs_per_sm * sms // programs))
+
+
 def kernel(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
     ckv: torch.Tensor,
     kpe: torch.Tensor,
-    block_h: int = 32,
-    block_n: int = 32,
+    block_h: int = 64,
+    block_n: int = 64,
     split_tokens: int = 0,
-    programs_per_sm: int = 2,
+    programs_per_sm: int = 1,
     num_warps: int = 8,
     num_stages: int = 2,
 ):
@@ -126,8 +134,8 @@ def kernel(
     head_blocks = triton.cdiv(h, block_h)
     blocks = triton.cdiv(kv_len, block_n)
     if split_tokens <= 0:
-        want = max(1, triton.cdiv(programs_per_sm * _sm_count(q_nope.device), b * head_blocks))
-        split_tokens = triton.cdiv(blocks, min(want, blocks)) * block_n
+        want = split_count(b * head_blocks, blocks, _sm_count(q_nope.device), programs_per_sm)
+        split_tokens = triton.cdiv(blocks, want) * block_n
     split_tokens = triton.cdiv(split_tokens, block_n) * block_n
     n_splits = triton.cdiv(kv_len, split_tokens)
     part_o = torch.empty((b * h * n_splits, r), device=q_nope.device, dtype=torch.float32)

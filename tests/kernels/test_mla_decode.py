@@ -11,6 +11,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
+from tests.kernels.task_checks import candidate_module
 
 TRITON_PARAMS = {"block_h": 16, "block_n": 16, "split_tokens": 32, "num_stages": 1}
 
@@ -88,3 +89,13 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     spec = CandidateSpec(task.folder / "triton_mla_decode.py", params)
     ev = evaluate(task, [spec], "cuda")
     assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+
+
+def test_splits_fill_one_wave_without_a_second(task) -> None:
+    split_count = candidate_module(task, "triton_mla_decode.py").split_count
+    # 132 SMs (H200), 128 heads in 2 blocks of 64: programs = batch * 2 * splits <= 132.
+    assert split_count(16 * 2, 128, 132, 1) == 4
+    assert split_count(1 * 2, 2048, 132, 1) == 66
+    assert split_count(64 * 2, 64, 132, 1) == 1
+    assert split_count(4 * 2, 2048, 132, 2) == 33
+    assert split_count(1 * 2, 3, 132, 1) == 3  # never more splits than token blocks
