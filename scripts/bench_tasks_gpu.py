@@ -70,6 +70,11 @@ VOCAB_DECODE_SHAPES = [
 # The row-resident CuPy kernels' launch shapes: block size and the largest slice of a row a block
 # holds.
 RESIDENT_GRID = _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]})
+# The resident softmax prefetching the next rows' slices into shared memory, against the best
+# one-row-a-cluster launch of session 7 (listed first in each plan).
+PIPELINED_GRID = _grid(
+    {"threads": [128, 256], "slice_kb": [32, 64], "stages": [1, 2], "rows_per_cluster": [4, 16]}
+)
 # The skinny GEMM's peers: no torch.compile, whose matmul is an extern cuBLAS call, and
 # compiling every shape outran 150 s on the H200.
 GEMV_PEERS = ["cublas", "eager"]
@@ -138,6 +143,20 @@ PLANS = [
         ["prefill-8192x151936", "prefill-2048x151936"],
         RESIDENT_GRID,
         tag="152k",
+    ),
+    Plan(
+        "softmax",
+        "cupy_softmax_resident.py",
+        VOCAB_SHAPES,
+        [{"threads": 256, "slice_kb": 32}, *PIPELINED_GRID],
+        tag="pipelined",
+    ),
+    Plan(
+        "softmax",
+        "cupy_softmax_resident.py",
+        ["prefill-8192x151936", "prefill-2048x151936"],
+        [{"threads": 128, "slice_kb": 64}, *PIPELINED_GRID],
+        tag="pipelined152k",
     ),
     Plan(
         "cross_entropy",

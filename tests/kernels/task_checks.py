@@ -79,21 +79,23 @@ def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
 
 
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:
-    """Every (threads, slice_kb) of a row-resident CuPy candidate's PARAMS that its plan takes,
-    at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where one block takes the
-    row)."""
+    """Every (threads, slice_kb[, stages]) of a row-resident CuPy candidate's PARAMS that its
+    plan takes, at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where one block
+    takes the row without prefetching)."""
     module = candidate_module(task, candidate)
     builds = set()
     for vocab in {shape.dims["vocab"] for shape in task.shapes("cuda")}:
         for threads in module.PARAMS["threads"]:
             for slice_kb in module.PARAMS["slice_kb"]:
-                try:
-                    launch = module.plan(vocab // 8, threads, slice_kb)
-                except ValueError:  # too long a slice for so few threads: refused at launch
-                    continue
-                builds.add(("sm_90", threads, launch))
-                if launch.cluster == 1:
-                    builds.add(("sm_80", threads, launch))
+                for stages in module.PARAMS.get("stages", [0]):
+                    extra = (stages,) if "stages" in module.PARAMS else ()
+                    try:
+                        launch = module.plan(vocab // 8, threads, slice_kb, *extra)
+                    except ValueError:  # too long a slice for so few threads: refused at launch
+                        continue
+                    builds.add(("sm_90", threads, launch))
+                    if launch.cluster == 1 and not stages:
+                        builds.add(("sm_80", threads, launch))
     for arch, threads, launch in sorted(builds, key=repr):
         assert_cuda_compiles(
             module.SOURCE,

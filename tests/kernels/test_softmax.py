@@ -107,6 +107,15 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ("cupy_softmax_resident.py", {}),
             ("cupy_softmax_resident.py", {"threads": 256, "slice_kb": 16}),
             ("cupy_softmax_resident.py", {"threads": 1024, "slice_kb": 128}),
+            ("cupy_softmax_resident.py", {"threads": 256, "slice_kb": 32, "stages": 1}),
+            (
+                "cupy_softmax_resident.py",
+                {"threads": 256, "slice_kb": 32, "stages": 2, "rows_per_cluster": 2},
+            ),
+            (
+                "cupy_softmax_resident.py",
+                {"threads": 512, "slice_kb": 128, "stages": 2, "rows_per_cluster": 16},
+            ),
             ("torch_softmax.py", {}),
         ],
     )
@@ -136,6 +145,19 @@ def test_the_cuda_source_compiles_for_ampere_and_hopper(task) -> None:
 
 def test_the_resident_plan_takes_the_smallest_cluster_that_fits_the_slice(task) -> None:
     assert_resident_plan(candidate_module(task, "cupy_softmax_resident.py"))
+
+
+def test_prefetching_stages_take_shared_memory_and_are_refused_past_its_size(task) -> None:
+    module = candidate_module(task, "cupy_softmax_resident.py")
+    # 128256 columns over 8 blocks: 2004-vector slices; two prefetched slices take 2 x 31.3 KiB.
+    launch = module.plan(16032, 256, 32, 2)
+    assert launch == module.Launch(8, 2004, 8, 2)
+    assert launch.shared_bytes == 2 * 2004 * 16
+    assert module.plan(16032, 256, 32).shared_bytes == 0
+    # One block holding a 62.5 KiB row: four prefetched rows need 250 KiB, more than 227 KiB.
+    assert module.plan(4000, 512, 64, 3).shared_bytes == 3 * 4000 * 16
+    with pytest.raises(ValueError, match="shared memory"):
+        module.plan(4000, 512, 64, 4)
 
 
 def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
