@@ -115,7 +115,11 @@ for stage in $STAGES; do
             '{"block_h":64,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
             '{"block_h":32,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}' \
             '{"block_h":64,"block_n":16,"num_warps":4,"num_stages":3,"programs_per_sm":2}' \
-            '{"block_h":16,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":4}'
+            '{"block_h":16,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":4}' \
+            '{"block_h":64,"block_n":32,"num_warps":8,"num_stages":3,"programs_per_sm":1}' \
+            '{"block_h":64,"block_n":128,"num_warps":8,"num_stages":1,"programs_per_sm":1}' \
+            '{"block_h":32,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":64,"block_n":64,"num_warps":8,"num_stages":3,"programs_per_sm":1}'
         ;;
     prefill_attention)
         # Against SDPA pinned to its two fastest backends: eager is SDPA's own pick among them,

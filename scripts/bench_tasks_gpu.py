@@ -72,8 +72,15 @@ VOCAB_DECODE_SHAPES = [
 RESIDENT_GRID = _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]})
 # The resident softmax prefetching the next rows' slices into shared memory, against the best
 # one-row-a-cluster launch of session 7 (listed first in each plan).
+# Session 8's first sweep (call 2): one prefetched stage, 4 rows a cluster and 64 KiB slices (4
+# blocks a row at 128256 columns) were best; two stages, 16 rows and 8-block clusters lost.
 PIPELINED_GRID = _grid(
-    {"threads": [128, 256], "slice_kb": [32, 64], "stages": [1, 2], "rows_per_cluster": [4, 16]}
+    {"threads": [128, 256, 512], "slice_kb": [64], "stages": [1], "rows_per_cluster": [2, 4, 8]}
+) + _grid({"threads": [512, 1024], "slice_kb": [128], "stages": [1], "rows_per_cluster": [2, 4]})
+# At 151936 columns a 64 KiB slice still takes 8 blocks; 128 KiB slices take 4.
+PIPELINED_152K_GRID = _grid(
+    {"threads": [256, 512, 1024], "slice_kb": [128], "stages": [1], "rows_per_cluster": [2, 4, 8]},
+    {"threads": 128, "slice_kb": 64, "stages": 1, "rows_per_cluster": 2},
 )
 # The skinny GEMM's peers: no torch.compile, whose matmul is an extern cuBLAS call, and
 # compiling every shape outran 150 s on the H200.
@@ -155,8 +162,15 @@ PLANS = [
         "softmax",
         "cupy_softmax_resident.py",
         ["prefill-8192x151936", "prefill-2048x151936"],
-        [{"threads": 128, "slice_kb": 64}, *PIPELINED_GRID],
+        [{"threads": 128, "slice_kb": 64}, *PIPELINED_152K_GRID],
         tag="pipelined152k",
+    ),
+    Plan(
+        "softmax",
+        "cupy_softmax_resident.py",
+        ["decode-64x32000"],
+        _grid({"threads": [128, 256, 512], "slice_kb": [8, 16, 32, 64]}),
+        tag="32k",
     ),
     Plan(
         "cross_entropy",

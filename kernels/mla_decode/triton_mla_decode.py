@@ -13,7 +13,7 @@ import triton.language as tl
 LANGUAGE = "triton"
 PARAMS = {
     "block_h": [16, 32, 64],
-    "block_n": [16, 32, 64],
+    "block_n": [16, 32, 64, 128],
     "split_tokens": [0, 32, 256, 512, 1024, 2048, 4096],
     "programs_per_sm": [1, 2, 4, 8],
     "num_warps": [2, 4, 8],

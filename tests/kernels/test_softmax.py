@@ -114,7 +114,7 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ),
             (
                 "cupy_softmax_resident.py",
-                {"threads": 512, "slice_kb": 128, "stages": 2, "rows_per_cluster": 16},
+                {"threads": 512, "slice_kb": 64, "stages": 2, "rows_per_cluster": 16},
             ),
             ("torch_softmax.py", {}),
         ],
