@@ -216,6 +216,13 @@ PLANS = [
         tag="32k",
     ),
     Plan(
+        "cross_entropy",
+        "cupy_cross_entropy_resident.py",
+        ["decode-256x32000"],
+        _grid({"threads": [128, 256, 512, 1024], "slice_kb": [8, 16, 32, 64]}),
+        tag="256x32k",
+    ),
+    Plan(
         "swiglu",
         "triton_swiglu.py",
         ["long-32768x18432", "long-32768x14336", "prefill-4096x14336", "decode-64x18432"],

@@ -1,7 +1,10 @@
 """GQA decode in Triton, flash-decoding style: the cache is cut into splits along its length; a
 program reads one KV head's split once and serves all the query heads of its group (rows of one
 tl.dot, padded to 16), keeping an online softmax; a second kernel merges the splits by their
-log-sum-exp. `split_tokens` 0 picks enough splits to give every SM a few programs."""
+log-sum-exp. `split_tokens` 0 picks enough splits to give every SM `programs_per_sm` programs;
+the default, 1024 tokens a split, was on the H200 (session 8, call 1) the fastest of eight
+configurations at batch 1 with 32768 tokens (41.9 us) and 0.7 % from the fastest with 131072
+(142.0 us); the old default of 0 took 46.5 and 149.6 us."""
 
 import math
 
@@ -107,10 +110,10 @@ def kernel(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_n: int = 64,
-    split_tokens: int = 0,
+    split_tokens: int = 1024,
     programs_per_sm: int = 4,
     num_warps: int = 4,
-    num_stages: int = 3,
+    num_stages: int = 4,
     use_dot: bool = True,
 ):
     b, hq, d = q.shape
