@@ -93,12 +93,16 @@ def test_candidates_pass_and_a_wrong_head_mapping_is_rejected(task, tmp_path) ->
         tmp_path / "b.py",
     )
     specs = {
-        "auto-split-no-dot": (triton_src, {"block_n": 32, "use_dot": False, "num_stages": 1}),
+        "auto-split-no-dot": (
+            triton_src,
+            {"block_n": 32, "split_tokens": 0, "use_dot": False, "num_stages": 1},
+        ),
+        "defaults": (triton_src, {}),
         "torch": (task.folder / "torch_gqa_decode.py", {"chunk": 1024}),
         "bug": (bug, TRITON_PARAMS),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("auto-split-no-dot", "torch"):
+    for label in ("auto-split-no-dot", "defaults", "torch"):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5

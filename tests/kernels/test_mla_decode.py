@@ -70,11 +70,12 @@ def test_candidates_pass_and_a_dropped_rope_term_is_rejected(task, tmp_path) -> 
     specs = {
         "triton": (triton_src, TRITON_PARAMS),
         "auto-split": (triton_src, {"block_h": 16, "block_n": 32, "num_stages": 1}),
+        "defaults": (triton_src, {}),
         "torch": (task.folder / "torch_mla_decode.py", {"chunk": 1024}),
         "bug": (bug, TRITON_PARAMS),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("triton", "auto-split", "torch"):
+    for label in ("triton", "auto-split", "defaults", "torch"):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
