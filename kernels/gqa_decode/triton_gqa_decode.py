@@ -1,10 +1,8 @@
 """GQA decode in Triton, flash-decoding style: the cache is cut into splits along its length; a
 program reads one KV head's split once and serves all the query heads of its group (rows of one
 tl.dot, padded to 16), keeping an online softmax; a second kernel merges the splits by their
-log-sum-exp. `split_tokens` 0 picks enough splits to give every SM `programs_per_sm` programs;
-the default, 1024 tokens a split, was on the H200 (session 8, call 1) the fastest of eight
-configurations at batch 1 with 32768 tokens (41.9 us) and 0.7 % from the fastest with 131072
-(142.0 us); the old default of 0 took 46.5 and 149.6 us."""
+log-sum-exp. `split_tokens` 0 (the default) splits at AUTO_SPLIT_TOKENS where that gives every
+SM a program, else into enough splits to give every SM `programs_per_sm` programs."""
 
 import math
 
@@ -23,6 +21,11 @@ PARAMS = {
 }
 
 LOG2E = 1.4426950408889634
+# On the H200 (session 8, call 1), 1024-token splits were the fastest of eight configurations at
+# batch 1 with 32768 tokens (41.9 us) and 0.7 % from the fastest with 131072 (142.0 us), where
+# splitting for 4 programs an SM took 46.5 and 149.6 us. With a short cache (batch 1, 4096
+# tokens: 32 programs) they would leave most SMs idle.
+AUTO_SPLIT_TOKENS = 1024
 
 
 @triton.jit
@@ -105,12 +108,24 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def auto_split_tokens(
+    sequences: int, kv_len: int, block_n: int, sms: int, programs_per_sm: int
+) -> int:
+    """Tokens a split for `sequences` (batch x KV heads) caches of `kv_len`: AUTO_SPLIT_TOKENS
+    where that gives at least one program an SM, else enough splits for `programs_per_sm`."""
+    if sequences * triton.cdiv(kv_len, AUTO_SPLIT_TOKENS) >= sms:
+        return AUTO_SPLIT_TOKENS
+    blocks = triton.cdiv(kv_len, block_n)
+    want = max(1, triton.cdiv(programs_per_sm * sms, sequences))
+    return triton.cdiv(blocks, min(want, blocks)) * block_n
+
+
 def kernel(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_n: int = 64,
-    split_tokens: int = 1024,
+    split_tokens: int = 0,
     programs_per_sm: int = 4,
     num_warps: int = 4,
     num_stages: int = 4,
@@ -121,10 +136,10 @@ def kernel(
     if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("head_dim must be the contiguous dimension")
     group = hq // hkv
-    blocks = triton.cdiv(kv_len, block_n)
     if split_tokens <= 0:
-        want = max(1, triton.cdiv(programs_per_sm * _sm_count(q.device), b * hkv))
-        split_tokens = triton.cdiv(blocks, min(want, blocks)) * block_n
+        split_tokens = auto_split_tokens(
+            b * hkv, kv_len, block_n, _sm_count(q.device), programs_per_sm
+        )
     split_tokens = triton.cdiv(split_tokens, block_n) * block_n
     n_splits = triton.cdiv(kv_len, split_tokens)
     part_o = torch.empty((b * hq * n_splits, d), device=q.device, dtype=torch.float32)

@@ -34,7 +34,9 @@ PARAMS = {
 MAX_CLUSTER = 8
 MAX_VECTORS_PER_THREAD = 32
 CLUSTER_MIN_CAPABILITY = (9, 0)
-MAX_SHARED_BYTES = 227 * 1024  # a block's shared memory on sm_90
+# Dynamic shared memory a block may take on sm_90: its 227 KiB less 1 KiB for the kernel's own
+# (static) shared memory, 384-512 bytes.
+MAX_SHARED_BYTES = 226 * 1024
 
 SOURCE = r"""
 #define LOG2E 1.4426950408889634f
@@ -363,8 +365,9 @@ def plan(n_vec: int, threads: int, slice_kb: int, stages: int = 0) -> Launch:
     launch = Launch(cluster, slice_vec, vectors_per_thread, stages)
     if launch.shared_bytes > MAX_SHARED_BYTES:
         raise ValueError(
-            f"{stages} prefetched slices of {slice_vec * 16 // 1024} KiB exceed a block's "
-            f"{MAX_SHARED_BYTES // 1024} KiB of shared memory: use fewer stages or a smaller slice"
+            f"{stages} prefetched slices of {slice_vec * 16 // 1024} KiB exceed the "
+            f"{MAX_SHARED_BYTES // 1024} KiB of shared memory a block may take for them: use "
+            "fewer stages or a smaller slice"
         )
     return launch
 
@@ -383,10 +386,13 @@ def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch):
+def _compiled(threads: int, launch: Launch, device: int):
+    """The kernel of one launch shape on `device`, which must be CuPy's current device: the
+    shared-memory opt-in is set per device. Every prefetching launch opts in, since without it a
+    launch fails past 48 KiB less the kernel's static shared memory."""
     name = "softmax_pipelined_bf16" if launch.stages else "softmax_resident_bf16"
     kern = cupy.RawKernel(SOURCE, name, options=compile_options(threads, launch))
-    if launch.shared_bytes > 48 * 1024:
+    if launch.stages:
         kern.max_dynamic_shared_size_bytes = launch.shared_bytes
     return kern
 
@@ -414,16 +420,17 @@ def kernel(
         raise ValueError("rows longer than slice_kb, or stages > 0, need sm_90 (clusters, TMA)")
     args = (x.data_ptr(), y.data_ptr(), x.stride(0) // 8, y.stride(0) // 8, n_cols // 8)
     stream = _TorchStream(torch.cuda.current_stream(x.device).cuda_stream)
-    kern = _compiled(threads, launch)
-    if launch.stages == 0:
-        kern((n_rows * launch.cluster,), (threads,), (*args, launch.slice_vec), stream=stream)
-    else:
-        clusters = -(-n_rows // rows_per_cluster)
-        kern(
-            (clusters * launch.cluster,),
-            (threads,),
-            (*args, launch.slice_vec, n_rows, rows_per_cluster),
-            stream=stream,
-            shared_mem=launch.shared_bytes,
-        )
+    with cupy.cuda.Device(x.device.index):
+        kern = _compiled(threads, launch, x.device.index)
+        if launch.stages == 0:
+            kern((n_rows * launch.cluster,), (threads,), (*args, launch.slice_vec), stream=stream)
+        else:
+            clusters = -(-n_rows // rows_per_cluster)
+            kern(
+                (clusters * launch.cluster,),
+                (threads,),
+                (*args, launch.slice_vec, n_rows, rows_per_cluster),
+                stream=stream,
+                shared_mem=launch.shared_bytes,
+            )
     return y

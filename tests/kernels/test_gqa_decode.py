@@ -11,6 +11,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import cli_verify, evaluate_on_cpu, mutated
+from tests.kernels.task_checks import candidate_module
 
 TRITON_PARAMS = {"block_n": 16, "split_tokens": 32, "num_stages": 1}
 
@@ -93,10 +94,7 @@ def test_candidates_pass_and_a_wrong_head_mapping_is_rejected(task, tmp_path) ->
         tmp_path / "b.py",
     )
     specs = {
-        "auto-split-no-dot": (
-            triton_src,
-            {"block_n": 32, "split_tokens": 0, "use_dot": False, "num_stages": 1},
-        ),
+        "auto-split-no-dot": (triton_src, {"block_n": 32, "use_dot": False, "num_stages": 1}),
         "defaults": (triton_src, {}),
         "torch": (task.folder / "torch_gqa_decode.py", {"chunk": 1024}),
         "bug": (bug, TRITON_PARAMS),
@@ -119,3 +117,13 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     spec = CandidateSpec(task.folder / "triton_gqa_decode.py", params)
     ev = evaluate(task, [spec], "cuda")
     assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+
+
+def test_auto_split_takes_1024_tokens_unless_that_leaves_sms_idle(task) -> None:
+    auto = candidate_module(task, "triton_gqa_decode.py").auto_split_tokens
+    # 132 SMs (H200), 8 KV heads: the benched shapes all give 132+ programs at 1024 tokens.
+    assert auto(1 * 8, 32768, 64, 132, 4) == 1024  # 256 programs
+    assert auto(64 * 8, 2048, 64, 132, 4) == 1024
+    # Batch 1 at 4096 tokens: 32 programs at 1024; instead 66 splits of 64 tokens (528).
+    assert auto(1 * 8, 4096, 64, 132, 4) == 64
+    assert auto(1 * 8, 100, 64, 132, 4) == 64  # never a split longer than the cache needs

@@ -154,7 +154,7 @@ def test_prefetching_stages_take_shared_memory_and_are_refused_past_its_size(tas
     assert launch == module.Launch(8, 2004, 8, 2)
     assert launch.shared_bytes == 2 * 2004 * 16
     assert module.plan(16032, 256, 32).shared_bytes == 0
-    # One block holding a 62.5 KiB row: four prefetched rows need 250 KiB, more than 227 KiB.
+    # One block holding a 62.5 KiB row: four prefetched rows need 250 KiB, more than 226 KiB.
     assert module.plan(4000, 512, 64, 3).shared_bytes == 3 * 4000 * 16
     with pytest.raises(ValueError, match="shared memory"):
         module.plan(4000, 512, 64, 4)
