@@ -70,6 +70,9 @@ VOCAB_DECODE_SHAPES = [
 # The row-resident CuPy kernels' launch shapes: block size and the largest slice of a row a block
 # holds.
 RESIDENT_GRID = _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]})
+# At decode batches (a few rows, one wave), 1024-thread blocks too: at 256 x 32000 one block of
+# 1024 threads a row was the fastest cross-entropy launch (session 8, call 5).
+RESIDENT_DECODE_GRID = _grid({"threads": [128, 256, 512, 1024], "slice_kb": [8, 16, 32, 64]})
 # The resident softmax prefetching the next rows' slices into shared memory, against the best
 # one-row-a-cluster launch of session 7 (listed first in each plan).
 # Session 8's first sweep (call 2): one prefetched stage, 4 rows a cluster and 64 KiB slices (4
@@ -141,7 +144,7 @@ PLANS = [
         "softmax",
         "cupy_softmax_resident.py",
         VOCAB_DECODE_SHAPES,
-        RESIDENT_GRID,
+        RESIDENT_DECODE_GRID,
         tag="decode",
     ),
     Plan(
@@ -169,7 +172,7 @@ PLANS = [
         "softmax",
         "cupy_softmax_resident.py",
         ["decode-64x32000"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [8, 16, 32, 64]}),
+        RESIDENT_DECODE_GRID,
         tag="32k",
     ),
     Plan(
@@ -205,21 +208,21 @@ PLANS = [
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
         VOCAB_DECODE_SHAPES,
-        RESIDENT_GRID,
+        RESIDENT_DECODE_GRID,
         tag="decode",
     ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
         ["decode-64x32000", "decode-256x32000"],
-        _grid({"threads": [128, 256, 512], "slice_kb": [8, 16, 32]}),
+        RESIDENT_DECODE_GRID,
         tag="32k",
     ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
         ["decode-256x32000"],
-        _grid({"threads": [128, 256, 512, 1024], "slice_kb": [8, 16, 32, 64]}),
+        RESIDENT_DECODE_GRID,
         tag="256x32k",
     ),
     Plan(
