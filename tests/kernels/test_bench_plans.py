@@ -1,49 +1,92 @@
-"""The GPU bench plans of scripts/bench_tasks_gpu.py name real shapes and parameters: a typo
-there costs device time (the evaluator rejects the configuration with bad-params) and is only
-seen on the GPU."""
+"""The GPU bench plans of scripts/bench_tasks_gpu.py and scripts/bench_attention_gemm_gpu.sh name
+real shapes and parameters: a typo there costs device time (the evaluator rejects the
+configuration with bad-params) and is only seen on the GPU."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import shlex
 import sys
 from pathlib import Path
 
 from loop.evaluator import read_params_space, validate_params
 from loop.tasks import load_task
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_tasks_gpu.py"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-def _plans():
-    spec = importlib.util.spec_from_file_location("bench_tasks_gpu", SCRIPT)
+def _python_plans():
+    spec = importlib.util.spec_from_file_location("bench_tasks_gpu", SCRIPTS / "bench_tasks_gpu.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-def test_every_plan_names_shapes_and_parameters_its_task_has() -> None:
-    module = _plans()
+def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
+    """(task, candidate, shapes, configs) of every `bench` and `sweep` line of the shell script
+    (continuation lines joined; words that are shell variables skipped)."""
+    plans = []
+    for line in text.replace("\\\n", " ").splitlines():
+        words = line.split(maxsplit=1)
+        if len(words) < 2 or words[0] not in ("bench", "sweep"):
+            continue
+        args = [a for a in shlex.split(words[1]) if not a.startswith("$")]
+        if words[0] == "bench":  # task candidate tag params peers shapes...
+            plans.append((args[0], args[1], args[5:], [json.loads(args[3])]))
+        else:  # task candidate tag peer shapes,... configs...
+            plans.append((args[0], args[1], args[4].split(","), [json.loads(c) for c in args[5:]]))
+    return plans
+
+
+def _problems(task_name: str, candidate: str, shapes: list[str], configs: list[dict]) -> list[str]:
+    """Shapes the task lacks and parameters the candidate's PARAMS refuse, one line each."""
+    task = load_task(task_name)
+    names = {s.name for s in task.shapes("cuda")}
+    where = f"{task_name} {candidate}"
+    found = [f"{where}: no shape {s}" for s in shapes if s not in names]
+    path = task.folder / candidate
+    space = read_params_space(path.read_text())
+    for params in configs:
+        found += [f"{where} {params}: {r.message}" for r in validate_params(path, params, space)]
+    return found
+
+
+def test_every_python_plan_names_shapes_and_parameters_its_task_has() -> None:
+    module = _python_plans()
     problems = []
     for plan in module.PLANS:
-        task = load_task(plan.task)
-        names = {s.name for s in task.shapes("cuda")}
         extra = module.E2E_SHAPES.get(plan.task, [])
-        problems += [
-            f"{plan.stem('')}: no shape {s}" for s in [*plan.shapes, *extra] if s not in names
-        ]
-        path = task.folder / plan.candidate
-        space = read_params_space(path.read_text())
-        for params in plan.configs:
-            problems += [
-                f"{plan.stem('')} {params}: {r.message}"
-                for r in validate_params(path, params, space)
-            ]
+        problems += _problems(plan.task, plan.candidate, [*plan.shapes, *extra], plan.configs)
     assert problems == []
 
 
-def test_a_value_outside_params_is_reported() -> None:
-    path = load_task("softmax").folder / "cupy_softmax_resident.py"
-    space = read_params_space(path.read_text())
-    assert validate_params(path, {"threads": 256, "rows_per_cluster": 3}, space)
-    assert not validate_params(path, {"threads": 256, "rows_per_cluster": 2}, space)
+def test_every_shell_plan_names_shapes_and_parameters_its_task_has() -> None:
+    plans = _shell_plans((SCRIPTS / "bench_attention_gemm_gpu.sh").read_text())
+    assert {p[0] for p in plans} >= {"skinny_gemm", "gqa_decode", "mla_decode", "fp8_gemm"}
+    assert sum(len(p[3]) for p in plans if p[0] == "mla_decode") >= 10
+    problems = []
+    for plan in plans:
+        problems += _problems(*plan)
+    assert problems == []
+
+
+def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
+    script = """
+        sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b2-kv7 \\
+            '{"block_h":64}' \\
+            '{"block_h":128,"block_n":64}'
+    """
+    plans = _shell_plans(script)
+    assert plans == [
+        (
+            "mla_decode",
+            "triton_mla_decode.py",
+            ["b1-kv131072", "b2-kv7"],
+            [{"block_h": 64}, {"block_h": 128, "block_n": 64}],
+        )
+    ]
+    problems = _problems(*plans[0])
+    assert len(problems) == 2
+    assert "no shape b2-kv7" in problems[0] and "block_h=128" in problems[1]
