@@ -3,6 +3,7 @@ beat it; `load` gives model code a function that picks by shape at run time."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from collections.abc import Callable
@@ -19,6 +20,19 @@ def contest(peer_blocks: list[float], cand_blocks: list[float], min_effect: floa
     interval = ratio_interval(peer_blocks, cand_blocks)
     speedup = {"ratio": interval.ratio, "ci_low": interval.ci_low, "ci_high": interval.ci_high}
     return speedup, "candidate" if decide(interval, min_effect) == "faster" else "peer"
+
+
+def source_sha256(path: Path) -> str:
+    """Hex SHA-256 of a candidate file's bytes: what `autotune bench --json` records as
+    `candidate_sha256`, so a table built later can tell whether the file still is what ran."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def file_changed(doc: dict, current: Path) -> bool | None:
+    """Whether the candidate file `current` differs from the one the bench document `doc` timed
+    (None: the document predates the recorded digest)."""
+    recorded = doc.get("candidate_sha256")
+    return None if not recorded else recorded != source_sha256(current)
 
 
 def build_dispatch(task_name: str, bucket_key: str | None, rows: list[dict]) -> dict:
@@ -115,7 +129,8 @@ def from_benches(
     is decided `faster` at `min_effect`, else the peer is; with no peer timed, the candidate.
     Documents of another device kind are left out. A table names a candidate by file name, which
     model code loads from the task's folder: a candidate benched from anywhere else is an
-    error."""
+    error. Each row says whether that file has changed since the bench (`file_changed`: None
+    where the document recorded no digest)."""
     kind = device.split(":")[0]
     mine = [
         d
@@ -194,6 +209,7 @@ def from_benches(
                 "copy_fraction": moved / median / copy if moved > 0 and copy else None,
                 "tflops": task.flops(shape) / median / 1e12,
                 "winner": winner,
+                "file_changed": file_changed(doc, task.folder / name),
             }
         )
     return build_dispatch(task.name, task.bucket_key, entries), rows

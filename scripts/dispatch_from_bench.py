@@ -80,8 +80,16 @@ def markdown(task: str, rows: list[dict]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     kept = [f"{r['shape']} ({r['best_peer']})" for r in rows if r["winner"] == "peer"]
-    lines += ["", "The peer keeps: " + (", ".join(kept) if kept else "no shape") + ".", ""]
-    return "\n".join(lines)
+    lines += ["", "The peer keeps: " + (", ".join(kept) if kept else "no shape") + "."]
+    changed = [f"{r['shape']} ({r['candidate']})" for r in rows if r.get("file_changed")]
+    if changed:
+        lines += [
+            "",
+            "Timed on an earlier version of the candidate file, changed since the bench: "
+            + ", ".join(changed)
+            + ".",
+        ]
+    return "\n".join([*lines, ""])
 
 
 def main(argv: list[str] | None = None) -> int:

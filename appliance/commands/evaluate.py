@@ -87,9 +87,11 @@ def bench(
     _prestart(device)
     from appliance.devices import resolve_device
     from baselines.stats import ratio_interval
+    from loop.dispatch import source_sha256
     from loop.evaluator import evaluate
 
     the_task, spec = candidate_args(task, candidate, params)
+    benched_sha256 = source_sha256(spec.path)
     dev, _ = resolve_device(device)
     chosen = chosen_peers(the_task, dev, peers)
     check_shapes(the_task, dev, shapes)
@@ -117,6 +119,7 @@ def bench(
         **verdict.to_dict(),
         "task": the_task.name,
         "candidate": str(spec.path),
+        "candidate_sha256": benched_sha256,
         "device": dev,
         "ceilings": ev.ceilings,
         "table": rows,

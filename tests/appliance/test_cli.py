@@ -152,3 +152,19 @@ def test_baseline_to_file_then_compare_with_the_shipped_h200(tmp_path: Path) -> 
     assert "host memory bandwidth" in data["summary"]
     missing = autotune("baseline", "compare", str(tmp_path / "absent.json"), "h200-kvm-passthrough")
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_bench_json_records_the_digest_of_the_file_it_timed() -> None:
+    import hashlib
+
+    from loop.tasks import load_task
+
+    task = load_task("rmsnorm")
+    shape = task.shapes("cpu")[0].name
+    result = autotune(
+        "bench", "rmsnorm", "torch_rmsnorm.py", "--device", "cpu", "--shape", shape,
+        "--peer", "eager", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    digest = hashlib.sha256((task.folder / "torch_rmsnorm.py").read_bytes()).hexdigest()
+    assert json.loads(result.stdout)["candidate_sha256"] == digest

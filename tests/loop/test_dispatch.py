@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from loop.dispatch import Choice, build_dispatch, from_benches, load, save_dispatch
+from loop.dispatch import (
+    Choice,
+    build_dispatch,
+    from_benches,
+    load,
+    save_dispatch,
+    source_sha256,
+)
 from loop.tasks import load_task
 
 
@@ -209,3 +216,26 @@ def test_cli_rejects_a_missing_path(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "no such file or folder" in proc.stderr and "nope.json" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_rows_say_whether_the_candidate_file_changed_since_the_bench(tmp_path, capsys) -> None:
+    task = load_task("rmsnorm")
+    current = source_sha256(task.folder / "torch_rmsnorm.py")
+    times = ({DECODE: 5e-6}, {"torch.compile": {DECODE: 8e-6}})
+    same, older, unrecorded = _doc(*times), _doc(*times), _doc(*times)
+    same["candidate_sha256"] = current
+    older["candidate_sha256"] = "0" * 64
+    assert [from_benches(task, [d])[1][0]["file_changed"] for d in (same, older, unrecorded)] == [
+        False,
+        True,
+        None,
+    ]
+    benches = tmp_path / "benches"
+    benches.mkdir()
+    (benches / "bench-rmsnorm.json").write_text(json.dumps(older))
+    assert _script().main([str(tmp_path / "out"), str(benches)]) == 0
+    printed = capsys.readouterr().out
+    assert "changed since the bench: decode-1x4096 (torch_rmsnorm.py)." in printed
+    (benches / "bench-rmsnorm.json").write_text(json.dumps(same))
+    assert _script().main([str(tmp_path / "out"), str(benches)]) == 0
+    assert "changed since the bench" not in capsys.readouterr().out
