@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,19 +11,12 @@ from pathlib import Path
 import pytest
 
 from baselines.suite import Metric
+from tests.source_files import import_file
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "baseline_repro.py"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("baseline_repro", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
-
-
-repro = load_script()
+repro = import_file(SCRIPT)
 
 
 def metric(value: float, low: float, high: float, higher: bool = True) -> Metric:

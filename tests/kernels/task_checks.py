@@ -4,7 +4,7 @@ put a CuPy candidate's CUDA source through NVRTC and ptxas, which needs no GPU."
 
 from __future__ import annotations
 
-import importlib.util
+import itertools
 from pathlib import Path
 from types import ModuleType
 
@@ -12,6 +12,7 @@ import pytest
 
 from loop.evaluator import CandidateSpec, Evaluation, evaluate
 from loop.tasks import Task
+from tests.source_files import import_file
 
 
 def evaluate_with_wrong(
@@ -61,10 +62,7 @@ def _nvrtc_or_skip():
 
 def candidate_module(task: Task, name: str) -> ModuleType:
     """A shipped candidate file of `task`, imported on its own."""
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), task.folder / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(task.folder / name)
 
 
 def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
@@ -84,18 +82,18 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
     takes the row without prefetching)."""
     module = candidate_module(task, candidate)
     builds = set()
-    for vocab in {shape.dims["vocab"] for shape in task.shapes("cuda")}:
-        for threads in module.PARAMS["threads"]:
-            for slice_kb in module.PARAMS["slice_kb"]:
-                for stages in module.PARAMS.get("stages", [0]):
-                    extra = (stages,) if "stages" in module.PARAMS else ()
-                    try:
-                        launch = module.plan(vocab // 8, threads, slice_kb, *extra)
-                    except ValueError:  # too long a slice for so few threads: refused at launch
-                        continue
-                    builds.add(("sm_90", threads, launch))
-                    if launch.cluster == 1 and not stages:
-                        builds.add(("sm_80", threads, launch))
+    vocabs = {shape.dims["vocab"] for shape in task.shapes("cuda")}
+    space = module.PARAMS
+    for vocab, threads, slice_kb, stages in itertools.product(
+        vocabs, space["threads"], space["slice_kb"], space.get("stages", [0])
+    ):
+        try:  # stages 0 is plan's default, and all a candidate without prefetching has
+            launch = module.plan(vocab // 8, threads, slice_kb, *([stages] if stages else []))
+        except ValueError:  # too long a slice for so few threads: refused at launch
+            continue
+        builds.add(("sm_90", threads, launch))
+        if launch.cluster == 1 and not stages:
+            builds.add(("sm_80", threads, launch))
     for arch, threads, launch in sorted(builds, key=repr):
         assert_cuda_compiles(
             module.SOURCE,

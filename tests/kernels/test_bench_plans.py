@@ -4,24 +4,15 @@ configuration with bad-params) and is only seen on the GPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
-import sys
 from pathlib import Path
 
 from loop.evaluator import read_params_space, validate_params
 from loop.tasks import load_task
+from tests.source_files import import_file
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def _python_plans():
-    spec = importlib.util.spec_from_file_location("bench_tasks_gpu", SCRIPTS / "bench_tasks_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
@@ -54,7 +45,7 @@ def _problems(task_name: str, candidate: str, shapes: list[str], configs: list[d
 
 
 def test_every_python_plan_names_shapes_and_parameters_its_task_has() -> None:
-    module = _python_plans()
+    module = import_file(SCRIPTS / "bench_tasks_gpu.py")
     problems = []
     for plan in module.PLANS:
         extra = module.E2E_SHAPES.get(plan.task, [])

@@ -3,6 +3,8 @@ the interpreter; the CuPy kernel compiled by NVRTC here and run only on a GPU)."
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -129,14 +131,13 @@ def test_the_split_k_gemv_plans_warps_for_the_vectors_each_lane_holds(task) -> N
 def test_the_split_k_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
     module = candidate_module(task, "cupy_gemv_splitk.py")
     builds = set()
-    for shape in task.shapes("cuda"):
-        if shape.dims["m"] > 16:
-            continue
-        for per_lane in module.PARAMS["per_lane"]:
-            for n_per_block in module.PARAMS["n_per_block"]:
-                for rows in module.PARAMS["rows"]:
-                    k_warps, vectors = module.plan(shape.dims["k"], per_lane, n_per_block)
-                    builds.add((min(rows, shape.dims["m"]), k_warps, n_per_block, vectors))
+    skinny = [s.dims for s in task.shapes("cuda") if s.dims["m"] <= 16]
+    space = module.PARAMS
+    for dims, per_lane, n_per_block, rows in itertools.product(
+        skinny, space["per_lane"], space["n_per_block"], space["rows"]
+    ):
+        k_warps, vectors = module.plan(dims["k"], per_lane, n_per_block)
+        builds.add((min(rows, dims["m"]), k_warps, n_per_block, vectors))
     for build in sorted(builds):
         assert_cuda_compiles(
             module.SOURCE, ["-arch=sm_90", *module.compile_options(*build)], str(build)

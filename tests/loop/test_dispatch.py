@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from loop.dispatch import (
     source_sha256,
 )
 from loop.tasks import load_task
+from tests.source_files import import_file
 
 
 def test_load_picks_by_shape(tmp_path: Path) -> None:
@@ -177,10 +177,7 @@ def test_table_from_benches_drives_tuned_ops(tmp_path: Path) -> None:
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("dispatch_from_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(SCRIPT)
 
 
 def test_cli_writes_tables_and_markdown_and_skips_unreadable_files(tmp_path, capsys) -> None:
