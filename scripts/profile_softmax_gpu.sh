@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Nsight Compute counters of the register-resident CuPy softmax at prefill 8192 x 128256: speed of
+# Nsight Compute counters of the register-resident CuPy softmax (either launch: one row a cluster,
+# or pipelined) at prefill 8192 x 128256: speed of
 # light, memory workload, warp states, occupancy and launch, for two configurations (both
 # launches of each are profiled). Never changes clocks
 # (--clock-control none). Writes OUT_DIR/softmax-ncu.csv.
@@ -14,7 +15,7 @@ configs=("$@")
 ncu --clock-control none --csv --print-units base --target-processes all \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section Occupancy --section LaunchStats \
-    -k regex:softmax_resident python3 - "${configs[@]}" >"$out/softmax-ncu.csv" <<'PY'
+    -k "regex:softmax_(resident|pipelined)" python3 - "${configs[@]}" >"$out/softmax-ncu.csv" <<'PY'
 import importlib.util
 import json
 import sys
