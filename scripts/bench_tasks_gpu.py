@@ -88,6 +88,7 @@ PIPELINED_152K_GRID = _grid(
 # The skinny GEMM's peers: no torch.compile, whose matmul is an extern cuBLAS call, and
 # compiling every shape outran 150 s on the H200.
 GEMV_PEERS = ["cublas", "eager"]
+SPLITK_GRID = _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]})
 
 PLANS = [
     Plan(
@@ -195,7 +196,25 @@ PLANS = [
         "skinny_gemm",
         "cupy_gemv_splitk.py",
         [f"m1-{nk}" for nk in SKINNY_NK] + ["m4-n7168-k7168", "m4-n4096-k14336"],
-        _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]}),
+        SPLITK_GRID,
+        peers=GEMV_PEERS,
+    ),
+    # The plan above swept at 4096 x 4096 only; the long rows of the down projections and the
+    # wide qkv and gate+up weights get their own sweeps.
+    Plan(
+        "skinny_gemm",
+        "cupy_gemv_splitk.py",
+        ["m1-n4096-k14336", "m1-n7168-k18432"],
+        SPLITK_GRID,
+        tag="longk",
+        peers=GEMV_PEERS,
+    ),
+    Plan(
+        "skinny_gemm",
+        "cupy_gemv_splitk.py",
+        ["m1-n6144-k4096", "m1-n28672-k4096"],
+        SPLITK_GRID,
+        tag="wide",
         peers=GEMV_PEERS,
     ),
     Plan(
