@@ -22,6 +22,7 @@
 #             stage in the same call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 #   profile-softmax  scripts/profile_softmax_gpu.sh: ncu of the register-resident CuPy softmax
+#   floor     scripts/bench_timer_floor.py: the timer's floor (an empty kernel, reads of decode sizes)
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
 # 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
 # Logs and JSON are written under a work folder and packed into $OUT/results.tgz (the device
@@ -120,6 +121,9 @@ torch.cuda.synchronize()
         ;;
     gemmattn)
         timeout "$(limit "${GEMMATTN_TIMEOUT:-330}")" bash scripts/bench_attention_gemm_gpu.sh "$OUT/gemmattn" ${GEMMATTN_STAGES:-skinny_gemm gqa_decode} 2>&1 | tee "$OUT/gemmattn.log" | tail -30
+        ;;
+    floor)
+        timeout "$(limit 120)" python3 scripts/bench_timer_floor.py --json "$OUT/floor.json" 2>&1 | tee "$OUT/floor.log" | tail -12
         ;;
     aa)
         timeout "$(limit "${AA_TIMEOUT:-300}")" python3 scripts/aa_decisions.py "$OUT/aa-decisions.json" ${AA_ARGS:-} 2>&1 | tee "$OUT/aa.log" | tail -30
