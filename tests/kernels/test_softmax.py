@@ -116,11 +116,48 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_softmax_resident.py",
                 {"threads": 512, "slice_kb": 64, "stages": 2, "rows_per_cluster": 16},
             ),
+            ("cupy_softmax_resident.py", {"online": True}),
+            ("cupy_softmax_resident.py", {"threads": 256, "slice_kb": 8, "online": True}),
+            (
+                "cupy_softmax_resident.py",
+                {"threads": 256, "slice_kb": 64, "stages": 1, "online": True},
+            ),
             ("torch_softmax.py", {}),
         ],
     )
     for verdict in ev.verdicts:
         assert verdict.accepted, (verdict.label, verdict.params, verdict.reasons)
+
+
+def edge_rows(cols: int) -> torch.Tensor:
+    """bf16 rows that take the resident kernels' special paths: a max in the first vector only,
+    a max in the last vector only (every vector raises a thread's running max), -inf columns
+    among finite ones (and a run of them as long as a whole slice), and large negative values
+    (2^(0 - max) would overflow)."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, cols, generator=gen)
+    x[0, 0] = 30.0
+    x[1] = torch.linspace(-20.0, 20.0, cols)
+    x[2, ::3] = float("-inf")
+    x[3, : cols // 2] = float("-inf")
+    x[4] = x[4] * 3.0 - 1.0e3
+    x[5] = torch.linspace(20.0, -20.0, cols)
+    return x.to(torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("online", [False, True])
+@pytest.mark.parametrize(
+    "threads,slice_kb,stages", [(256, 8, 0), (512, 16, 0), (1024, 64, 0), (256, 64, 1)]
+)
+def test_resident_softmax_on_edge_rows(task, threads, slice_kb, stages, online) -> None:
+    pytest.importorskip("cupy")
+    module = candidate_module(task, "cupy_softmax_resident.py")
+    for cols in (32000, 128256):
+        x = edge_rows(cols).cuda()
+        got = module.kernel(x, threads, slice_kb, stages, 2, online).float()
+        want = torch.softmax(x.double(), dim=-1)
+        torch.testing.assert_close(got.double(), want, atol=2e-3, rtol=1e-2)
 
 
 def test_the_cuda_source_compiles_for_ampere_and_hopper(task) -> None:
