@@ -106,6 +106,11 @@ for stage in $STAGES; do
     gqa_b1)
         # Batch 1, where the kernel streams at 88 % (131072 tokens) and 74 % (32768) of copy and
         # SDPA is 3-7 % faster (session 8): split sizes, tile heights and pipeline depths there.
+        # First the best of session 9's sweep (call 2) against every peer, with 4096 tokens too,
+        # the decoder block's short cache.
+        bench gqa_decode triton_gqa_decode.py b1best \
+            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":2048}' "" \
+            b1-kv4096 b1-kv32768 b1-kv131072
         sweep gqa_decode triton_gqa_decode.py b1 sdpa-gqa b1-kv131072,b1-kv32768 \
             '{}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":1024}' \

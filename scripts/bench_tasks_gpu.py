@@ -73,13 +73,6 @@ RESIDENT_GRID = _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]})
 # At decode batches (a few rows, one wave), 1024-thread blocks too: at 256 x 32000 one block of
 # 1024 threads a row was the fastest cross-entropy launch (session 8, call 5).
 RESIDENT_DECODE_GRID = _grid({"threads": [128, 256, 512, 1024], "slice_kb": [8, 16, 32, 64]})
-# Each thread's running max taken vector by vector as its loads land (`online`), against the
-# fastest decode launches without it (session 9, call 1), in the same sweep.
-ONLINE_DECODE_GRID = _grid(
-    {"threads": [256, 512, 1024], "slice_kb": [8, 16, 32], "online": [True]},
-    {"threads": 256, "slice_kb": 8},
-    {"threads": 512, "slice_kb": 16},
-)
 # The resident softmax prefetching the next rows' slices into shared memory, against the best
 # one-row-a-cluster launch of session 7 (listed first in each plan).
 # Session 8's first sweep (call 2): one prefetched stage, 4 rows a cluster and 64 KiB slices (4
@@ -184,20 +177,6 @@ PLANS = [
         tag="32k",
     ),
     Plan(
-        "softmax",
-        "cupy_softmax_resident.py",
-        VOCAB_DECODE_SHAPES,
-        ONLINE_DECODE_GRID,
-        tag="online",
-    ),
-    Plan(
-        "softmax",
-        "cupy_softmax_resident.py",
-        ["decode-64x32000"],
-        ONLINE_DECODE_GRID,
-        tag="online32k",
-    ),
-    Plan(
         "cross_entropy",
         "triton_cross_entropy.py",
         VOCAB_SHAPES,
@@ -264,20 +243,6 @@ PLANS = [
         ["decode-256x32000"],
         RESIDENT_DECODE_GRID,
         tag="256x32k",
-    ),
-    Plan(
-        "cross_entropy",
-        "cupy_cross_entropy_resident.py",
-        VOCAB_DECODE_SHAPES,
-        ONLINE_DECODE_GRID,
-        tag="online",
-    ),
-    Plan(
-        "cross_entropy",
-        "cupy_cross_entropy_resident.py",
-        ["decode-64x32000", "decode-256x32000"],
-        ONLINE_DECODE_GRID,
-        tag="online32k",
     ),
     Plan(
         "swiglu",

@@ -1,5 +1,5 @@
 """The harness's floor: what the timer measures for a kernel that does nothing, and for kernels
-that only read the bytes the decode shapes move.
+that only read (or copy) the bytes the decode shapes move.
 
 Every sample is one CUDA-graph replay between two CUDA events with the L2 flushed before it
 (baselines.timer), so each time includes the graph launch and the events as well as the kernel.
@@ -10,7 +10,10 @@ gets at most P / (this row's time).
     uv run python scripts/bench_timer_floor.py --json floor.json [--sizes-mb 4.1,16.4,33.6]
 
 GPU only. The read kernel issues all of a thread's 16-byte loads at once over a grid that
-covers the buffer in one pass, and writes nothing (unless the data's XOR hits one constant).
+covers the buffer in one pass, and writes nothing (unless the data's XOR hits one constant);
+the same kernel in clusters of 8 blocks shows what clusters cost, and the copy (every vector
+stored back elsewhere) bounds the softmax, which writes what it reads. A copy row's % of copy
+counts the bytes read and written.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from baselines.stats import summarize
 from baselines.timer import GpuTimer
 
 # The bytes of: softmax / cross-entropy decode-64x32000 and 64x128256 (bf16 logits), the
-# 4096 x 4096 and 6144 x 4096 bf16 weights (M = 1 GEMV), and a 1 GiB read for the ceiling.
+# 4096 x 4096 and 6144 x 4096 bf16 weights (M = 1 GEMV), and 1 GiB for the ceiling.
 DEFAULT_SIZES_MB = [4.096, 16.417, 33.554, 50.332, 1073.742]
 THREADS = 512
 VECTORS_PER_THREAD = 4
@@ -39,8 +42,10 @@ VECTORS_PER_THREAD = 4
 SOURCE = r"""
 extern "C" __global__ void empty_kernel() {}
 
-extern "C" __global__ void read_all(const uint4* __restrict__ src, long long n16,
-                                    unsigned* __restrict__ out) {
+// Each thread loads VPT 16-byte vectors at once; the XOR keeps the loads (it is written only
+// if it hits one constant), or with `dst` each vector is stored (a copy).
+__device__ __forceinline__ void read_slice(const uint4* __restrict__ src, long long n16,
+                                           unsigned* __restrict__ out, uint4* __restrict__ dst) {
     const long long first = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x;
     uint4 v[VPT];
     #pragma unroll
@@ -48,10 +53,33 @@ extern "C" __global__ void read_all(const uint4* __restrict__ src, long long n16
         const long long k = first + (long long)j * blockDim.x;
         v[j] = k < n16 ? __ldcs(src + k) : make_uint4(0u, 0u, 0u, 0u);
     }
+    if (dst != nullptr) {
+        #pragma unroll
+        for (int j = 0; j < VPT; ++j) {
+            const long long k = first + (long long)j * blockDim.x;
+            if (k < n16) __stcs(dst + k, v[j]);
+        }
+        return;
+    }
     unsigned x = 0u;
     #pragma unroll
     for (int j = 0; j < VPT; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
     if (x == 0x9e3779b9u) out[0] = x;
+}
+
+extern "C" __global__ void read_all(const uint4* __restrict__ src, long long n16,
+                                    unsigned* __restrict__ out, uint4* __restrict__ dst) {
+    read_slice(src, n16, out, dst);
+}
+
+// The same in clusters of 8 blocks that meet at one cluster barrier before they leave, as the
+// row-resident softmax and cross-entropy kernels do: what the clusters alone cost.
+extern "C" __global__ void __cluster_dims__(8, 1, 1) read_all_cluster8(
+    const uint4* __restrict__ src, long long n16, unsigned* __restrict__ out,
+    uint4* __restrict__ dst) {
+    read_slice(src, n16, out, dst);
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 """
 
@@ -59,7 +87,7 @@ extern "C" __global__ void read_all(const uint4* __restrict__ src, long long n16
 @dataclass(frozen=True)
 class FloorRow:
     name: str
-    bytes_read: int
+    bytes_moved: int
     us: float
     us_lo: float
     us_hi: float
@@ -68,13 +96,13 @@ class FloorRow:
 
 
 def floor_row(name: str, nbytes: int, samples_s: list[float], copy_bps: float) -> FloorRow:
-    """One row: the samples' median (with its bootstrap interval) and, for a read, the bytes
+    """One row: the samples' median (with its bootstrap interval) and, for a read or a copy, the bytes
     per second it implies and that as a % of the device's copy bandwidth."""
     s = summarize(samples_s)
     bps = nbytes / s.median if nbytes else None
     return FloorRow(
         name=name,
-        bytes_read=nbytes,
+        bytes_moved=nbytes,
         us=s.median * 1e6,
         us_lo=s.ci_low * 1e6,
         us_hi=s.ci_high * 1e6,
@@ -89,6 +117,7 @@ def _launchers(sizes_bytes: list[int], device: torch.device) -> dict:
     module = cupy.RawModule(code=SOURCE, options=(f"-DVPT={VECTORS_PER_THREAD}",))
     empty = module.get_function("empty_kernel")
     read = module.get_function("read_all")
+    read8 = module.get_function("read_all_cluster8")
     sink = torch.zeros(1, dtype=torch.int32, device=device)
 
     class _Stream:
@@ -101,13 +130,20 @@ def _launchers(sizes_bytes: list[int], device: torch.device) -> dict:
     for nbytes in sizes_bytes:
         n16 = nbytes // 16
         src = torch.randint(-(2**31), 2**31 - 1, (n16 * 4,), dtype=torch.int32, device=device)
+        dst = torch.empty_like(src)
         blocks = -(-n16 // (THREADS * VECTORS_PER_THREAD))
-        args = (src.data_ptr(), cupy.int64(n16), sink.data_ptr())
+        mb = f"{nbytes / 1e6:.1f} MB"
+        for name, kern, grid, target, moved in (
+            (f"read {mb}", read, blocks, 0, n16 * 16),
+            (f"read {mb}, clusters of 8", read8, -(-blocks // 8) * 8, 0, n16 * 16),
+            (f"copy {mb}", read, blocks, dst.data_ptr(), 2 * n16 * 16),
+        ):
+            args = (src.data_ptr(), cupy.int64(n16), sink.data_ptr(), cupy.uint64(target))
 
-        def launch(blocks=blocks, args=args, src=src):
-            read((blocks,), (THREADS,), args, stream=stream)
+            def launch(kern=kern, grid=grid, args=args, src=src, dst=dst):
+                kern((grid,), (THREADS,), args, stream=stream)
 
-        out[f"read {nbytes / 1e6:.1f} MB"] = (n16 * 16, launch)
+            out[name] = (moved, launch)
     return out
 
 

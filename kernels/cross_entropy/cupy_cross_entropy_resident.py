@@ -5,9 +5,7 @@ A row is split over a cluster of blocks (Hopper thread-block clusters; one block
 is short), the smallest power of two (at most 8) whose slices fit `slice_kb`, so that a decode
 batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte loads at once, then:
 1. each warp takes the max of its values (on packed bfloat16 pairs) and the sum of
-   2^(x log2(e) - its max), one exponential per element; or, with `online`, each thread keeps
-   a running (max, sum) vector by vector as its loads land, so that the exponentials overlap
-   the loads still in flight (one more exponential a vector, to rescale the sum);
+   2^(x log2(e) - its max), one exponential per element;
 2. the warps' (max, sum) pairs are combined over the block, then over the cluster in one
    exchange: each block writes its pair into block 0's shared memory before one cluster
    barrier;
@@ -27,7 +25,6 @@ LANGUAGE = "cupy"
 PARAMS = {
     "threads": [128, 256, 512, 1024],
     "slice_kb": [8, 16, 32, 64, 128],
-    "online": [False, True],
 }
 MAX_CLUSTER = 8
 MAX_VECTORS_PER_THREAD = 32
@@ -152,28 +149,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
             picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
     }
 
-#if ONLINE
-    // Each thread keeps a running (max, sum) over its vectors, taking each vector as its load
-    // lands: the exponentials of the first vectors overlap the later vectors' loads, where a
-    // warp max first waits for all of them. A larger max rescales the sum (one more
-    // exponential a vector).
-    float m = NEG_INF, s = 0.f;
-    #pragma unroll
-    for (int u = 0; u < VPT; ++u) {
-        const unsigned v2 = max_bf16x2(max_bf16x2(p[u].x, p[u].y), max_bf16x2(p[u].z, p[u].w));
-        const float mn = fmaxf(m, fmaxf(bf_lo(v2), bf_hi(v2)) * LOG2E);
-        const float base = mn == NEG_INF ? 0.f : mn;  // padding so far: the sum stays 0
-        s = weigh(s, m, base);
-        const unsigned w[4] = {p[u].x, p[u].y, p[u].z, p[u].w};
-        #pragma unroll
-        for (int k = 0; k < 4; ++k)
-            s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -base)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -base));
-        m = mn;
-    }
-    const float wm = warp_max(m);
-    const float mw = wm == NEG_INF ? 0.f : wm;  // a warp of padding only sums to 0
-    s = warp_sum(weigh(s, m, mw));
-#else
     // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
     // the block's and the cluster's max only rescale the sums.
     unsigned m2 = 0xff80ff80u;
@@ -192,7 +167,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
             s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
     s = warp_sum(s);
-#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
     __syncthreads();
@@ -254,33 +228,26 @@ def plan(n_vec: int, threads: int, slice_kb: int) -> Launch:
     return Launch(cluster, slice_vec, vectors_per_thread)
 
 
-def compile_options(threads: int, launch: Launch, online: bool = False) -> tuple[str, ...]:
+def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90). The block size is a
-    compile-time constant so that each thread's vector offsets are immediates, not registers.
-    `online`: each thread's running (max, sum) taken vector by vector, instead of a warp max
-    first."""
+    compile-time constant so that each thread's vector offsets are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
         f"-DVPT={launch.vectors_per_thread}",
         f"-DCLUSTER={launch.cluster}",
-        f"-DONLINE={int(online)}",
     )
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch, online: bool):
+def _compiled(threads: int, launch: Launch):
     return cupy.RawKernel(
-        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch, online)
+        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch)
     )
 
 
 def kernel(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    threads: int = 512,
-    slice_kb: int = 64,
-    online: bool = False,
+    logits: torch.Tensor, targets: torch.Tensor, threads: int = 512, slice_kb: int = 64
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -301,7 +268,7 @@ def kernel(
     launch = plan(n_cols // 8, threads, slice_kb)
     if launch.cluster > 1 and torch.cuda.get_device_capability(x.device) < CLUSTER_MIN_CAPABILITY:
         raise ValueError("rows longer than slice_kb need thread-block clusters (sm_90)")
-    kern = _compiled(threads, launch, online)
+    kern = _compiled(threads, launch)
     kern(
         (n_rows * launch.cluster,),
         (threads,),

@@ -6,9 +6,7 @@ slice a block takes, and the cluster is the smallest power of two (at most 8) th
 Each thread issues all of its 16-byte loads at once (one HBM read, many bytes in flight), then:
 1. each warp takes the max of its values (on packed bfloat16 pairs) and e = 2^(x log2(e) - its
    max), one exponential per element, kept in place as float16 pairs (e is in [0, 1]: float16
-   keeps 3 more bits than the bfloat16 output), and their sum; or, with `online`, each thread
-   takes its vectors one by one as their loads land, against its running max (the
-   exponentials overlap the loads still in flight; one more exponential a vector, to rescale);
+   keeps 3 more bits than the bfloat16 output), and their sum;
 2. the warps' (max, sum) pairs are combined over the block, then over the cluster in one
    exchange: each block writes its pair into every block's shared memory (distributed shared
    memory) before one cluster barrier;
@@ -32,7 +30,6 @@ PARAMS = {
     "slice_kb": [8, 16, 32, 64, 128],
     "stages": [0, 1, 2],
     "rows_per_cluster": [2, 4, 8, 16],
-    "online": [False, True],
 }
 MAX_CLUSTER = 8
 MAX_VECTORS_PER_THREAD = 32
@@ -144,30 +141,6 @@ __device__ __forceinline__ void finish_slice(uint4 (&p)[VPT], bool whole, int n_
                                              float* red_m, float* red_s, float* parts_m,
                                              float* parts_s, unsigned rank, bool first)
 {
-#if ONLINE
-    // Each thread keeps a running max, taking each vector as its load lands: the exponentials
-    // of the first vectors overlap the later vectors' loads, where a warp max first waits for
-    // all of them. Vector u is exponentiated against the running max mb[u] (so its values
-    // stay in [0, 1]); a larger max rescales the sum, and each vector's output at the end.
-    float m = NEG_INF, s = 0.f;
-    float mb[VPT];
-    #pragma unroll
-    for (int u = 0; u < VPT; ++u) {
-        const unsigned v2 = max_bf16x2(max_bf16x2(p[u].x, p[u].y), max_bf16x2(p[u].z, p[u].w));
-        const float mn = fmaxf(m, fmaxf(bf_lo(v2), bf_hi(v2)) * LOG2E);
-        const float base = mn == NEG_INF ? 0.f : mn;  // padding so far: its values are 0
-        s = weigh(s, m, base);
-        p[u].x = exp_pair(p[u].x, base, s);
-        p[u].y = exp_pair(p[u].y, base, s);
-        p[u].z = exp_pair(p[u].z, base, s);
-        p[u].w = exp_pair(p[u].w, base, s);
-        mb[u] = mn;
-        m = mn;
-    }
-    const float wm = warp_max(m);
-    const float mw = wm == NEG_INF ? 0.f : wm;  // a warp of padding only sums to 0
-    s = warp_sum(weigh(s, m, mw));
-#else
     // Each warp takes its own max (on packed pairs, so the values stay packed until their
     // exponential) and exponentiates against it at once: the block's and the cluster's max
     // only rescale the sums, and each warp's output at the end.
@@ -187,7 +160,6 @@ __device__ __forceinline__ void finish_slice(uint4 (&p)[VPT], bool whole, int n_
         p[u].w = exp_pair(p[u].w, mw, s);
     }
     s = warp_sum(s);
-#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
     __syncthreads();
@@ -202,20 +174,11 @@ __device__ __forceinline__ void finish_slice(uint4 (&p)[VPT], bool whole, int n_
     cluster_barrier();
     combine(parts_m, parts_s, CLUSTER, m_all, s_all);
 #endif
-#if ONLINE
-    // A vector with no finite max so far holds zeros, and writes them (2^(0 - m_all) could
-    // overflow).
-    const float rs = 1.f / s_all;
-#else
     // A warp whose values are all -inf writes 0 (its 2^(mw - m_all) could overflow).
     const float inv = s == 0.f ? 0.f : exp2f(mw - m_all) / s_all;
-#endif
     #pragma unroll
     for (int u = 0; u < VPT; ++u) {
         if (whole || (int)threadIdx.x + u * THREADS < n_here) {
-#if ONLINE
-            const float inv = mb[u] == NEG_INF ? 0.f : exp2f(mb[u] - m_all) * rs;
-#endif
             uint4 o;
             o.x = scale_pair(p[u].x, inv);
             o.y = scale_pair(p[u].y, inv);
@@ -409,28 +372,26 @@ def plan(n_vec: int, threads: int, slice_kb: int, stages: int = 0) -> Launch:
     return launch
 
 
-def compile_options(threads: int, launch: Launch, online: bool = False) -> tuple[str, ...]:
+def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 and stages > 0 need sm_90). The block
     size is a compile-time constant so that each thread's vector offsets are immediates, not
-    registers. `online`: each thread's running max taken vector by vector, instead of a warp
-    max first."""
+    registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
         f"-DVPT={launch.vectors_per_thread}",
         f"-DCLUSTER={launch.cluster}",
         f"-DSTAGES={launch.stages}",
-        f"-DONLINE={int(online)}",
     )
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch, online: bool, device: int):
+def _compiled(threads: int, launch: Launch, device: int):
     """The kernel of one launch shape on `device`, which must be CuPy's current device: the
     shared-memory opt-in is set per device. Every prefetching launch opts in, since without it a
     launch fails past 48 KiB less the kernel's static shared memory."""
     name = "softmax_pipelined_bf16" if launch.stages else "softmax_resident_bf16"
-    kern = cupy.RawKernel(SOURCE, name, options=compile_options(threads, launch, online))
+    kern = cupy.RawKernel(SOURCE, name, options=compile_options(threads, launch))
     if launch.stages:
         kern.max_dynamic_shared_size_bytes = launch.shared_bytes
     return kern
@@ -442,7 +403,6 @@ def kernel(
     slice_kb: int = 64,
     stages: int = 0,
     rows_per_cluster: int = 4,
-    online: bool = False,
 ) -> torch.Tensor:
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
         raise ValueError("cupy_softmax_resident handles 2-D bfloat16 rows with unit column stride")
@@ -461,7 +421,7 @@ def kernel(
     args = (x.data_ptr(), y.data_ptr(), x.stride(0) // 8, y.stride(0) // 8, n_cols // 8)
     stream = _TorchStream(torch.cuda.current_stream(x.device).cuda_stream)
     with cupy.cuda.Device(x.device.index):
-        kern = _compiled(threads, launch, online, x.device.index)
+        kern = _compiled(threads, launch, x.device.index)
         if launch.stages == 0:
             kern((n_rows * launch.cluster,), (threads,), (*args, launch.slice_vec), stream=stream)
         else:

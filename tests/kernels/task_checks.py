@@ -79,7 +79,7 @@ def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:
     """Every (threads, slice_kb[, stages]) of a row-resident CuPy candidate's PARAMS that its
     plan takes, at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where one block
-    takes the row without prefetching), with and without `online` where PARAMS has it."""
+    takes the row without prefetching)."""
     module = candidate_module(task, candidate)
     builds = set()
     vocabs = {shape.dims["vocab"] for shape in task.shapes("cuda")}
@@ -94,16 +94,11 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
         builds.add(("sm_90", threads, launch))
         if launch.cluster == 1 and not stages:
             builds.add(("sm_80", threads, launch))
-    for (arch, threads, launch), online in itertools.product(
-        sorted(builds, key=repr), space.get("online", [False])
-    ):
+    for arch, threads, launch in sorted(builds, key=repr):
         assert_cuda_compiles(
             module.SOURCE,
-            [
-                f"-arch={arch}",
-                *module.compile_options(threads, launch, *([online] if online else [])),
-            ],
-            f"{candidate} {arch} threads={threads} {launch} online={online}",
+            [f"-arch={arch}", *module.compile_options(threads, launch)],
+            f"{candidate} {arch} threads={threads} {launch}",
         )
 
 

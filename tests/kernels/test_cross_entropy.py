@@ -105,9 +105,6 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ("cupy_cross_entropy_resident.py", {}),
             ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 16}),
             ("cupy_cross_entropy_resident.py", {"threads": 1024, "slice_kb": 128}),
-            ("cupy_cross_entropy_resident.py", {"online": True}),
-            ("cupy_cross_entropy_resident.py", {"threads": 512, "slice_kb": 16, "online": True}),
-            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "online": True}),
         ],
     )
     for verdict in ev.verdicts:
@@ -115,9 +112,8 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("online", [False, True])
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
-def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, online) -> None:
+def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb) -> None:
     """Rows that take the kernel's special paths (test_softmax.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
@@ -125,7 +121,7 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, online) ->
     for cols in (32000, 128256):
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
-        got = module.kernel(x, targets, threads, slice_kb, online).double()
+        got = module.kernel(x, targets, threads, slice_kb).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
