@@ -73,6 +73,17 @@ RESIDENT_GRID = _grid({"threads": [128, 256, 512], "slice_kb": [16, 32, 64]})
 # At decode batches (a few rows, one wave), 1024-thread blocks too: at 256 x 32000 one block of
 # 1024 threads a row was the fastest cross-entropy launch (session 8, call 5).
 RESIDENT_DECODE_GRID = _grid({"threads": [128, 256, 512, 1024], "slice_kb": [8, 16, 32, 64]})
+# The resident cross-entropy's blocks meeting through global memory instead of a cluster
+# (`exchange`), against the fastest cluster launches (session 9, call 1), in the same sweep.
+GLOBAL_DECODE_GRID = _grid(
+    {"threads": [256, 512, 1024], "slice_kb": [8, 16, 32], "exchange": ["global"]},
+    {"threads": 256, "slice_kb": 8},
+    {"threads": 512, "slice_kb": 16},
+)
+GLOBAL_PREFILL_GRID = _grid(
+    {"threads": [256, 512], "slice_kb": [32, 64], "exchange": ["global"]},
+    {"threads": 256, "slice_kb": 64},
+)
 # The resident softmax prefetching the next rows' slices into shared memory, against the best
 # one-row-a-cluster launch of session 7 (listed first in each plan).
 # Session 8's first sweep (call 2): one prefetched stage, 4 rows a cluster and 64 KiB slices (4
@@ -243,6 +254,27 @@ PLANS = [
         ["decode-256x32000"],
         RESIDENT_DECODE_GRID,
         tag="256x32k",
+    ),
+    Plan(
+        "cross_entropy",
+        "cupy_cross_entropy_resident.py",
+        VOCAB_DECODE_SHAPES,
+        GLOBAL_DECODE_GRID,
+        tag="global",
+    ),
+    Plan(
+        "cross_entropy",
+        "cupy_cross_entropy_resident.py",
+        ["decode-64x32000", "decode-256x32000"],
+        GLOBAL_DECODE_GRID,
+        tag="global32k",
+    ),
+    Plan(
+        "cross_entropy",
+        "cupy_cross_entropy_resident.py",
+        VOCAB_SHAPES,
+        GLOBAL_PREFILL_GRID,
+        tag="globalprefill",
     ),
     Plan(
         "swiglu",

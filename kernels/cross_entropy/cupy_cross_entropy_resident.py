@@ -10,6 +10,10 @@ batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte load
    exchange: each block writes its pair into block 0's shared memory before one cluster
    barrier;
 3. block 0 writes max + log(sum) - logits[target] (0 where the target is ignored).
+With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
+the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
+each publishes its pair in global memory and counts itself in, and the last to arrive combines
+the pairs and writes the loss (up to 32 blocks a row).
 Rows must be 16-byte aligned with a multiple of 8 columns, as every vocabulary of the task is.
 
 Launched on torch's current stream, so it is captured in CUDA graphs.
@@ -25,8 +29,11 @@ LANGUAGE = "cupy"
 PARAMS = {
     "threads": [128, 256, 512, 1024],
     "slice_kb": [8, 16, 32, 64, 128],
+    "exchange": ["cluster", "global"],
 }
+EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
+MAX_GLOBAL_BLOCKS = 32
 MAX_VECTORS_PER_THREAD = 32
 CLUSTER_MIN_CAPABILITY = (9, 0)
 IGNORE_INDEX = -100
@@ -101,9 +108,14 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
     s = warp_sum(weigh(si, mi, m));
 }
 
+// BLOCKS blocks take a row: a cluster of them (CLUSTER == BLOCKS), or, with CLUSTER 1 and
+// BLOCKS > 1, independent blocks that meet through global memory (GLOBAL_EXCHANGE).
+#define GLOBAL_EXCHANGE (CLUSTER == 1 && BLOCKS > 1)
+
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy_resident_bf16(
     const uint4* __restrict__ x, const long long* __restrict__ targets, float* __restrict__ loss,
-    long long stride_vx, long long n_vec_, long long slice_vec_)
+    long long stride_vx, long long n_vec_, long long slice_vec_, float2* __restrict__ partial,
+    unsigned* __restrict__ arrived)
 {
     const int n_vec = (int)n_vec_, slice_vec = (int)slice_vec_;
     __shared__ float red_m[32];
@@ -115,9 +127,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     const unsigned rank = cluster_rank();
     cluster_arrive();
 #else
-    const unsigned rank = 0;
+    const unsigned rank = blockIdx.x % BLOCKS;
 #endif
-    const long long row = blockIdx.x / CLUSTER;
+    const long long row = blockIdx.x / BLOCKS;
     const uint4* xv = x + row * stride_vx;
     const int v0 = (int)rank * slice_vec;
     const int v1 = min(v0 + slice_vec, n_vec);
@@ -140,10 +152,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     }
 
     // The target's logit, fetched while the row's loads are in flight (by the thread that
-    // writes the loss).
+    // writes the loss: with a global exchange, whichever block of the row finishes last).
     long long target = 0;
     float picked = 0.f;
-    if (rank == 0 && threadIdx.x == 0) {
+    if ((GLOBAL_EXCHANGE || rank == 0) && threadIdx.x == 0) {
         target = targets[row];
         if (target >= 0 && target < (long long)n_vec * 8)
             picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
@@ -182,6 +194,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     cluster_barrier();
     if (rank != 0 || warp != 0) return;
     combine(parts_m, parts_s, CLUSTER, m_all, s_all);
+#elif GLOBAL_EXCHANGE
+    // Each block publishes its (max, sum) and counts itself in (the counts start at 0); the
+    // last of the row to arrive combines them, one a lane, and writes the loss.
+    if (warp != 0) return;
+    unsigned last = 0;
+    if (lane == 0) {
+        partial[blockIdx.x] = make_float2(m_all, s_all);
+        __threadfence();
+        last = atomicAdd(&arrived[row], 1u) == BLOCKS - 1;
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence();
+    const float2 q = lane < BLOCKS ? __ldcg(&partial[row * BLOCKS + lane])
+                                   : make_float2(NEG_INF, 0.f);
+    const float mi = q.y == 0.f ? NEG_INF : q.x;
+    m_all = warp_max(mi);
+    s_all = warp_sum(weigh(q.y, mi, m_all));
 #else
     if (warp != 0) return;
 #endif
@@ -205,27 +234,39 @@ class _TorchStream:
 
 @dataclass(frozen=True)
 class Launch:
-    """How a row of `n_vec` 16-byte vectors is split: blocks per row and vectors per thread."""
+    """How a row of `n_vec` 16-byte vectors is split: blocks per row, vectors per thread, and
+    how the row's blocks meet ("cluster": a thread-block cluster; "global": through global
+    memory, the last block to finish combining)."""
 
-    cluster: int
+    blocks: int
     slice_vec: int
     vectors_per_thread: int
+    exchange: str = "cluster"
+
+    @property
+    def cluster(self) -> int:
+        """The thread-block cluster size (1: no cluster)."""
+        return self.blocks if self.exchange == "cluster" else 1
 
 
-def plan(n_vec: int, threads: int, slice_kb: int) -> Launch:
-    """The smallest cluster whose slices fit `slice_kb`, capped at MAX_CLUSTER blocks."""
-    cluster = 1
-    while cluster < MAX_CLUSTER and n_vec * 16 > cluster * slice_kb * 1024:
-        cluster *= 2
-    slice_vec = max(1, -(-n_vec // cluster))
+def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> Launch:
+    """The fewest blocks (a power of two) whose slices fit `slice_kb`, capped at MAX_CLUSTER
+    blocks in a cluster and at MAX_GLOBAL_BLOCKS (a warp's lanes) with a global exchange."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    cap = MAX_CLUSTER if exchange == "cluster" else MAX_GLOBAL_BLOCKS
+    blocks = 1
+    while blocks < cap and n_vec * 16 > blocks * slice_kb * 1024:
+        blocks *= 2
+    slice_vec = max(1, -(-n_vec // blocks))
     vectors_per_thread = -(-slice_vec // threads)
     if vectors_per_thread > MAX_VECTORS_PER_THREAD:
         raise ValueError(
-            f"a {n_vec * 16 // 1024} KiB row over {cluster} blocks of {threads} threads needs "
+            f"a {n_vec * 16 // 1024} KiB row over {blocks} blocks of {threads} threads needs "
             f"{vectors_per_thread} vectors per thread (at most {MAX_VECTORS_PER_THREAD}): "
             "use more threads"
         )
-    return Launch(cluster, slice_vec, vectors_per_thread)
+    return Launch(blocks, slice_vec, vectors_per_thread, exchange)
 
 
 def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
@@ -235,6 +276,7 @@ def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
         "--use_fast_math",
         f"-DTHREADS={threads}",
         f"-DVPT={launch.vectors_per_thread}",
+        f"-DBLOCKS={launch.blocks}",
         f"-DCLUSTER={launch.cluster}",
     )
 
@@ -247,7 +289,11 @@ def _compiled(threads: int, launch: Launch):
 
 
 def kernel(
-    logits: torch.Tensor, targets: torch.Tensor, threads: int = 512, slice_kb: int = 64
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    threads: int = 512,
+    slice_kb: int = 64,
+    exchange: str = "cluster",
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -265,12 +311,16 @@ def kernel(
         return loss
     if n_cols == 0:
         raise ValueError("cross-entropy over an empty vocabulary is undefined")
-    launch = plan(n_cols // 8, threads, slice_kb)
+    launch = plan(n_cols // 8, threads, slice_kb, exchange)
     if launch.cluster > 1 and torch.cuda.get_device_capability(x.device) < CLUSTER_MIN_CAPABILITY:
         raise ValueError("rows longer than slice_kb need thread-block clusters (sm_90)")
+    partial = arrived = None
+    if launch.blocks > 1 and launch.cluster == 1:
+        partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
+        arrived = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
     kern = _compiled(threads, launch)
     kern(
-        (n_rows * launch.cluster,),
+        (n_rows * launch.blocks,),
         (threads,),
         (
             x.data_ptr(),
@@ -279,6 +329,7 @@ def kernel(
             x.stride(0) // 8,
             n_cols // 8,
             launch.slice_vec,
+            *(0 if t is None else t.data_ptr() for t in (partial, arrived)),
         ),
         stream=_TorchStream(torch.cuda.current_stream(x.device).cuda_stream),
     )

@@ -77,18 +77,26 @@ def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
 
 
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:
-    """Every (threads, slice_kb[, stages]) of a row-resident CuPy candidate's PARAMS that its
-    plan takes, at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where one block
-    takes the row without prefetching)."""
+    """Every (threads, slice_kb[, stages][, exchange]) of a row-resident CuPy candidate's PARAMS
+    that its plan takes, at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where
+    no cluster takes the row and nothing is prefetched)."""
     module = candidate_module(task, candidate)
     builds = set()
     vocabs = {shape.dims["vocab"] for shape in task.shapes("cuda")}
     space = module.PARAMS
-    for vocab, threads, slice_kb, stages in itertools.product(
-        vocabs, space["threads"], space["slice_kb"], space.get("stages", [0])
+    for vocab, threads, slice_kb, stages, exchange in itertools.product(
+        vocabs,
+        space["threads"],
+        space["slice_kb"],
+        space.get("stages", [0]),
+        space.get("exchange", ["cluster"]),
     ):
-        try:  # stages 0 is plan's default, and all a candidate without prefetching has
-            launch = module.plan(vocab // 8, threads, slice_kb, *([stages] if stages else []))
+        # stages 0 and a cluster exchange are plan's defaults, and all some candidates have
+        how = {"exchange": exchange} if exchange != "cluster" else {}
+        try:
+            launch = module.plan(
+                vocab // 8, threads, slice_kb, *([stages] if stages else []), **how
+            )
         except ValueError:  # too long a slice for so few threads: refused at launch
             continue
         builds.add(("sm_90", threads, launch))

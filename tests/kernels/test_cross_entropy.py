@@ -105,6 +105,14 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ("cupy_cross_entropy_resident.py", {}),
             ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 16}),
             ("cupy_cross_entropy_resident.py", {"threads": 1024, "slice_kb": 128}),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 512, "slice_kb": 16, "exchange": "global"},
+            ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 256, "slice_kb": 8, "exchange": "global"},
+            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -112,8 +120,9 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("exchange", ["cluster", "global"])
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
-def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb) -> None:
+def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange) -> None:
     """Rows that take the kernel's special paths (test_softmax.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
@@ -121,13 +130,28 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb) -> None:
     for cols in (32000, 128256):
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
-        got = module.kernel(x, targets, threads, slice_kb).double()
+        got = module.kernel(x, targets, threads, slice_kb, exchange).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
 
 def test_the_resident_plan_takes_the_smallest_cluster_that_fits_the_slice(task) -> None:
     assert_resident_plan(candidate_module(task, "cupy_cross_entropy_resident.py"))
+
+
+def test_a_global_exchange_takes_up_to_32_independent_blocks_a_row(task) -> None:
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    # 128256 columns (250.5 KiB): 16 blocks of 16 KiB slices where a cluster stops at 8.
+    launch = module.plan(16032, 512, 16, "global")
+    assert launch == module.Launch(16, 1002, 2, "global")
+    assert launch.cluster == 1
+    assert module.plan(16032, 512, 16).blocks == module.MAX_CLUSTER
+    # 151936 columns in 8 KiB slices would take 38 blocks: capped at 32, 594 vectors each.
+    assert module.plan(18992, 256, 8, "global") == module.Launch(32, 594, 3, "global")
+    # A row that fits one block needs no exchange either way.
+    assert module.plan(4000, 512, 64, "global").blocks == 1
+    with pytest.raises(ValueError, match="exchange"):
+        module.plan(4000, 512, 64, "atomic")
 
 
 def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
