@@ -1,4 +1,5 @@
-"""Ceilings a kernel cannot beat: measured copy bandwidth, and the floor it implies for a time."""
+"""Ceilings a kernel cannot beat: measured copy and read bandwidth, and the floor they imply for
+a time."""
 
 from __future__ import annotations
 
@@ -51,13 +52,85 @@ def device_copy_bandwidth(
     return 2 * (nbytes // 4 * 4) / best
 
 
-def kernel_read(nbytes: int, device: torch.device | str) -> Callable[[], torch.Tensor]:
-    """A read of `nbytes` of random data by an SM kernel that writes almost nothing: a sum over
-    rows of 64 KiB, one float per row."""
-    rows = max(1, nbytes // (1 << 16))
-    src = torch.empty(rows, (1 << 16) // 4, dtype=torch.float32, device=device).uniform_()
-    dst = torch.empty(rows, dtype=torch.float32, device=device)
-    return lambda: torch.sum(src, dim=1, out=dst)
+# The read kernel: each thread issues VECTORS_PER_THREAD 16-byte loads at once, over a grid that
+# covers the buffer in one pass, and XORs them into a value it writes only if it hits one
+# constant (so the loads stay). With `dst` it stores each vector there instead (a copy).
+READ_THREADS = 512
+READ_VECTORS_PER_THREAD = 4
+READ_SOURCE = r"""
+__device__ __forceinline__ void read_slice(const uint4* __restrict__ src, long long n16,
+                                           unsigned* __restrict__ out, uint4* __restrict__ dst) {
+    const long long first = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x;
+    uint4 v[VPT];
+    #pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+        const long long k = first + (long long)j * blockDim.x;
+        v[j] = k < n16 ? __ldcs(src + k) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (dst != nullptr) {
+        #pragma unroll
+        for (int j = 0; j < VPT; ++j) {
+            const long long k = first + (long long)j * blockDim.x;
+            if (k < n16) __stcs(dst + k, v[j]);
+        }
+        return;
+    }
+    unsigned x = 0u;
+    #pragma unroll
+    for (int j = 0; j < VPT; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    if (x == 0x9e3779b9u) out[0] = x;
+}
+
+extern "C" __global__ void read_all(const uint4* __restrict__ src, long long n16,
+                                    unsigned* __restrict__ out, uint4* __restrict__ dst) {
+    read_slice(src, n16, out, dst);
+}
+"""
+
+
+@dataclass(frozen=True)
+class TorchStream:
+    """What CuPy's launcher reads from a stream: its handle."""
+
+    ptr: int
+
+
+def read_launcher(
+    kernel, src: torch.Tensor, dst: torch.Tensor | None = None, cluster: int = 1
+) -> Callable[[], None]:
+    """A call of a `read_all`-shaped CuPy `kernel` over `src` (a read; with `dst`, a copy into
+    it) on torch's current stream, the grid rounded up to whole clusters of `cluster` blocks.
+    The call holds the tensors it reads and writes."""
+    import cupy
+
+    n16 = src.numel() * src.element_size() // 16
+    blocks = -(-n16 // (READ_THREADS * READ_VECTORS_PER_THREAD))
+    grid = -(-blocks // cluster) * cluster
+    sink = torch.zeros(1, dtype=torch.int32, device=src.device)
+    held = (src, dst, sink)
+    target = 0 if dst is None else dst.data_ptr()
+    args = (src.data_ptr(), cupy.int64(n16), sink.data_ptr(), cupy.uint64(target))
+
+    def launch() -> None:
+        stream = TorchStream(torch.cuda.current_stream(held[0].device).cuda_stream)
+        kernel((grid,), (READ_THREADS,), args, stream=stream)
+
+    return launch
+
+
+def kernel_read(nbytes: int, device: torch.device | str) -> Callable[[], None]:
+    """A read of `nbytes` of random data by an SM kernel that writes nothing (READ_SOURCE). On the
+    H200 it reads 1 GiB at 4.54 TB/s, above the 4.27 TB/s of copy. torch.sum over rows of 64 KiB,
+    the read kernel until session 9, read at 4.10 TB/s, and the floor that set for read-mostly
+    tasks rejected an honest cross-entropy kernel as faster than physics
+    (docs/benchmarks/2026-11-30-h200-session9.md)."""
+    import cupy
+
+    device = torch.device(device)
+    src = torch.randint(-(2**31), 2**31 - 1, (nbytes // 16 * 4,), dtype=torch.int32, device=device)
+    with cupy.cuda.Device(device.index):
+        module = cupy.RawModule(code=READ_SOURCE, options=(f"-DVPT={READ_VECTORS_PER_THREAD}",))
+        return read_launcher(module.get_function("read_all"), src)
 
 
 def device_read_bandwidth(
@@ -70,5 +143,4 @@ def device_read_bandwidth(
     while time.perf_counter() - start < warm_s:
         timer.block(graph, samples)
     best = min(median(timer.block(graph, samples)) for _ in range(5))
-    rows = max(1, nbytes // (1 << 16))
-    return rows * (1 << 16) / best
+    return nbytes // 16 * 16 / best

@@ -29,51 +29,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from baselines.roofline import device_copy_bandwidth
+from baselines.roofline import (
+    READ_SOURCE,
+    READ_VECTORS_PER_THREAD,
+    TorchStream,
+    device_copy_bandwidth,
+    read_launcher,
+)
 from baselines.stats import summarize
 from baselines.timer import GpuTimer
 
 # The bytes of: softmax / cross-entropy decode-64x32000 and 64x128256 (bf16 logits), the
 # 4096 x 4096 and 6144 x 4096 bf16 weights (M = 1 GEMV), and 1 GiB for the ceiling.
 DEFAULT_SIZES_MB = [4.096, 16.417, 33.554, 50.332, 1073.742]
-THREADS = 512
-VECTORS_PER_THREAD = 4
-
-SOURCE = r"""
+# Besides the read kernel of baselines.roofline (which also copies, given a destination): a
+# kernel that does nothing, and the read in clusters of 8 blocks that meet at one cluster
+# barrier before they leave, as the row-resident softmax and cross-entropy kernels do.
+SOURCE = (
+    READ_SOURCE
+    + r"""
 extern "C" __global__ void empty_kernel() {}
 
-// Each thread loads VPT 16-byte vectors at once; the XOR keeps the loads (it is written only
-// if it hits one constant), or with `dst` each vector is stored (a copy).
-__device__ __forceinline__ void read_slice(const uint4* __restrict__ src, long long n16,
-                                           unsigned* __restrict__ out, uint4* __restrict__ dst) {
-    const long long first = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x;
-    uint4 v[VPT];
-    #pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-        const long long k = first + (long long)j * blockDim.x;
-        v[j] = k < n16 ? __ldcs(src + k) : make_uint4(0u, 0u, 0u, 0u);
-    }
-    if (dst != nullptr) {
-        #pragma unroll
-        for (int j = 0; j < VPT; ++j) {
-            const long long k = first + (long long)j * blockDim.x;
-            if (k < n16) __stcs(dst + k, v[j]);
-        }
-        return;
-    }
-    unsigned x = 0u;
-    #pragma unroll
-    for (int j = 0; j < VPT; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-    if (x == 0x9e3779b9u) out[0] = x;
-}
-
-extern "C" __global__ void read_all(const uint4* __restrict__ src, long long n16,
-                                    unsigned* __restrict__ out, uint4* __restrict__ dst) {
-    read_slice(src, n16, out, dst);
-}
-
-// The same in clusters of 8 blocks that meet at one cluster barrier before they leave, as the
-// row-resident softmax and cross-entropy kernels do: what the clusters alone cost.
 extern "C" __global__ void __cluster_dims__(8, 1, 1) read_all_cluster8(
     const uint4* __restrict__ src, long long n16, unsigned* __restrict__ out,
     uint4* __restrict__ dst) {
@@ -82,6 +58,7 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) read_all_cluster8(
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 """
+)
 
 
 @dataclass(frozen=True)
@@ -114,36 +91,22 @@ def floor_row(name: str, nbytes: int, samples_s: list[float], copy_bps: float) -
 def _launchers(sizes_bytes: list[int], device: torch.device) -> dict:
     import cupy
 
-    module = cupy.RawModule(code=SOURCE, options=(f"-DVPT={VECTORS_PER_THREAD}",))
+    module = cupy.RawModule(code=SOURCE, options=(f"-DVPT={READ_VECTORS_PER_THREAD}",))
     empty = module.get_function("empty_kernel")
     read = module.get_function("read_all")
     read8 = module.get_function("read_all_cluster8")
-    sink = torch.zeros(1, dtype=torch.int32, device=device)
 
-    class _Stream:
-        @property
-        def ptr(self) -> int:
-            return torch.cuda.current_stream(device).cuda_stream
+    def launch_empty() -> None:
+        empty((1,), (32,), (), stream=TorchStream(torch.cuda.current_stream(device).cuda_stream))
 
-    stream = _Stream()
-    out = {"empty kernel": (0, lambda: empty((1,), (32,), (), stream=stream))}
+    out = {"empty kernel": (0, launch_empty)}
     for nbytes in sizes_bytes:
         n16 = nbytes // 16
         src = torch.randint(-(2**31), 2**31 - 1, (n16 * 4,), dtype=torch.int32, device=device)
-        dst = torch.empty_like(src)
-        blocks = -(-n16 // (THREADS * VECTORS_PER_THREAD))
         mb = f"{nbytes / 1e6:.1f} MB"
-        for name, kern, grid, target, moved in (
-            (f"read {mb}", read, blocks, 0, n16 * 16),
-            (f"read {mb}, clusters of 8", read8, -(-blocks // 8) * 8, 0, n16 * 16),
-            (f"copy {mb}", read, blocks, dst.data_ptr(), 2 * n16 * 16),
-        ):
-            args = (src.data_ptr(), cupy.int64(n16), sink.data_ptr(), cupy.uint64(target))
-
-            def launch(kern=kern, grid=grid, args=args, src=src, dst=dst):
-                kern((grid,), (THREADS,), args, stream=stream)
-
-            out[name] = (moved, launch)
+        out[f"read {mb}"] = (n16 * 16, read_launcher(read, src))
+        out[f"read {mb}, clusters of 8"] = (n16 * 16, read_launcher(read8, src, cluster=8))
+        out[f"copy {mb}"] = (2 * n16 * 16, read_launcher(read, src, torch.empty_like(src)))
     return out
 
 

@@ -37,7 +37,7 @@ def test_the_empty_kernel_row_has_no_bandwidth(floor):
 def test_the_kernels_compile_for_hopper(floor):
     assert_cuda_compiles(
         floor.SOURCE,
-        [f"-DVPT={floor.VECTORS_PER_THREAD}", "--gpu-architecture=sm_90"],
+        [f"-DVPT={floor.READ_VECTORS_PER_THREAD}", "--gpu-architecture=sm_90"],
         "bench_timer_floor",
     )
 
