@@ -42,13 +42,15 @@ def device_copy_bandwidth(
     timer: GpuTimer, nbytes: int = 1 << 30, samples: int = 10, warm_s: float = 0.3
 ) -> float:
     """Read+write bytes per second of `kernel_copy`, best block median of graph replays."""
-    graph, _ = timer.capture(kernel_copy(nbytes, timer.device))
+    copy = kernel_copy(nbytes, timer.device)  # holds the buffers the graph reads and writes
+    graph, _ = timer.capture(copy)
     # An idle GPU sits at its lowest clocks: replay until it has ramped up, then keep the best
     # block, since a ceiling that reads low would reject honest kernels as impossible.
     start = time.perf_counter()
     while time.perf_counter() - start < warm_s:
         timer.block(graph, samples)
     best = min(median(timer.block(graph, samples)) for _ in range(5))
+    del copy, graph
     return 2 * (nbytes // 4 * 4) / best
 
 
@@ -96,17 +98,23 @@ class TorchStream:
 
 
 def read_launcher(
-    kernel, src: torch.Tensor, dst: torch.Tensor | None = None, cluster: int = 1
+    kernel,
+    src: torch.Tensor,
+    dst: torch.Tensor | None = None,
+    cluster: int = 1,
+    sink: torch.Tensor | None = None,
 ) -> Callable[[], None]:
     """A call of a `read_all`-shaped CuPy `kernel` over `src` (a read; with `dst`, a copy into
     it) on torch's current stream, the grid rounded up to whole clusters of `cluster` blocks.
-    The call holds the tensors it reads and writes."""
+    `sink` (one int32) takes what a read writes, if anything. The call holds the tensors it
+    reads and writes."""
     import cupy
 
     n16 = src.numel() * src.element_size() // 16
     blocks = -(-n16 // (READ_THREADS * READ_VECTORS_PER_THREAD))
     grid = -(-blocks // cluster) * cluster
-    sink = torch.zeros(1, dtype=torch.int32, device=src.device)
+    if sink is None:
+        sink = torch.zeros(1, dtype=torch.int32, device=src.device)
     held = (src, dst, sink)
     target = 0 if dst is None else dst.data_ptr()
     args = (src.data_ptr(), cupy.int64(n16), sink.data_ptr(), cupy.uint64(target))
@@ -120,12 +128,14 @@ def read_launcher(
 
 def kernel_read(nbytes: int, device: torch.device | str) -> Callable[[], None]:
     """A read of `nbytes` of random data by an SM kernel that writes nothing (READ_SOURCE). On the
-    H200 it reads 1 GiB at 4.54 TB/s, above the 4.27 TB/s of copy. torch.sum over rows of 64 KiB,
+    H200 it reads 1 GiB at 4.54-4.62 TB/s, above the 4.27 TB/s of copy. torch.sum over rows of 64 KiB,
     the read kernel until session 9, read at 4.10 TB/s, and the floor that set for read-mostly
     tasks rejected an honest cross-entropy kernel as faster than physics
     (docs/benchmarks/2026-11-30-h200-session9.md)."""
     import cupy
 
+    if nbytes < 16:
+        raise ValueError(f"kernel_read reads whole 16-byte vectors, got {nbytes} bytes")
     device = torch.device(device)
     src = torch.randint(-(2**31), 2**31 - 1, (nbytes // 16 * 4,), dtype=torch.int32, device=device)
     with cupy.cuda.Device(device.index):
@@ -138,9 +148,11 @@ def device_read_bandwidth(
 ) -> float:
     """Bytes read per second of `kernel_read`, best block median of graph replays: the ceiling
     for kernels that mostly read (above copy bandwidth on HBM, which turns reads into writes)."""
-    graph, _ = timer.capture(kernel_read(nbytes, timer.device))
+    read = kernel_read(nbytes, timer.device)  # holds the buffer the graph reads
+    graph, _ = timer.capture(read)
     start = time.perf_counter()
     while time.perf_counter() - start < warm_s:
         timer.block(graph, samples)
     best = min(median(timer.block(graph, samples)) for _ in range(5))
+    del read, graph
     return nbytes // 16 * 16 / best

@@ -1,5 +1,6 @@
-"""baselines.roofline's read kernel: its CUDA source, and on the GPU that it touches every byte
-of the buffer it reads (its copy form reproduces the buffer exactly)."""
+"""baselines.roofline's read kernel: its CUDA source, its refusal of less than one vector, and on
+the GPU that it touches every byte of the buffer (its copy form reproduces the buffer exactly;
+its read form sees a word in the last, short block)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,31 @@ def test_the_read_kernel_covers_the_whole_buffer() -> None:
 
 
 @pytest.mark.gpu
-def test_device_read_bandwidth_measures_the_read_kernel() -> None:
-    from baselines.timer import GpuTimer
+def test_the_read_kernel_loads_every_vector() -> None:
+    """The read form keeps its loads (the XOR of a thread's vectors is written when it hits
+    the kernel's constant): a buffer of zeros with the constant in its very last word, which
+    only the short last block reads, must write it."""
+    cupy = pytest.importorskip("cupy")
+    module = cupy.RawModule(
+        code=roofline.READ_SOURCE, options=(f"-DVPT={roofline.READ_VECTORS_PER_THREAD}",)
+    )
+    kernel = module.get_function("read_all")
+    words = (3 * roofline.READ_THREADS * roofline.READ_VECTORS_PER_THREAD + 5) * 4
+    src = torch.zeros(words, dtype=torch.int32, device="cuda")
+    constant = 0x9E3779B9 - (1 << 32)  # as a signed 32-bit word
+    src[-1] = constant
+    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    roofline.read_launcher(kernel, src, sink=sink)()
+    torch.cuda.synchronize()
+    assert int(sink) == constant
+    # and nothing is written where no thread's vectors XOR to it
+    src[-1] = 0
+    sink.zero_()
+    roofline.read_launcher(kernel, src, sink=sink)()
+    torch.cuda.synchronize()
+    assert int(sink) == 0
 
-    bandwidth = roofline.device_read_bandwidth(GpuTimer("cuda"), nbytes=1 << 26, warm_s=0.05)
-    assert 1e9 < bandwidth < 1e14
+
+def test_kernel_read_refuses_less_than_one_vector() -> None:
+    with pytest.raises(ValueError, match="16-byte"):
+        roofline.kernel_read(8, "cpu")

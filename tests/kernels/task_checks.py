@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 from loop.evaluator import CandidateSpec, Evaluation, evaluate
 from loop.tasks import Task
@@ -125,3 +126,22 @@ def assert_resident_plan(module: ModuleType) -> None:
     assert module.plan(18992, 512, 16) == module.Launch(8, 2374, 5)
     with pytest.raises(ValueError, match="vectors per thread"):
         module.plan(16032 * 8, 256, 16)
+
+
+# Vocabularies for the edge rows: 151936 leaves the last block of a row a short slice.
+EDGE_COLUMNS = (32000, 128256, 151936)
+
+
+def edge_rows(cols: int) -> torch.Tensor:
+    """bf16 rows that take the resident kernels' special paths: a max in the first vector only,
+    a max in the last vector only, -inf columns among finite ones (and a run of them as long as
+    a whole slice), and large negative values (2^(0 - max) would overflow)."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(6, cols, generator=gen)
+    x[0, 0] = 30.0
+    x[1] = torch.linspace(-20.0, 20.0, cols)
+    x[2, ::3] = float("-inf")
+    x[3, : cols // 2] = float("-inf")
+    x[4] = x[4] * 3.0 - 1.0e3
+    x[5] = torch.linspace(20.0, -20.0, cols)
+    return x.to(torch.bfloat16)

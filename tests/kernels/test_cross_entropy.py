@@ -10,15 +10,16 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
+    EDGE_COLUMNS,
     assert_resident_launches_compile,
     assert_resident_plan,
     assert_shipped_accepted,
     assert_wrong_rejected,
     candidate_module,
+    edge_rows,
     evaluate_with_wrong,
     gpu_evaluate,
 )
-from tests.kernels.test_softmax import edge_rows
 
 # Forgets ignore_index: ignored rows get the loss of column 0 instead of 0.
 WRONG = """
@@ -127,7 +128,7 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange) 
     column each, and one ignored row."""
     pytest.importorskip("cupy")
     module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    for cols in (32000, 128256):
+    for cols in EDGE_COLUMNS:
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
         got = module.kernel(x, targets, threads, slice_kb, exchange).double()
