@@ -42,16 +42,22 @@ def device_copy_bandwidth(
     timer: GpuTimer, nbytes: int = 1 << 30, samples: int = 10, warm_s: float = 0.3
 ) -> float:
     """Read+write bytes per second of `kernel_copy`, best block median of graph replays."""
-    copy = kernel_copy(nbytes, timer.device)  # holds the buffers the graph reads and writes
-    graph, _ = timer.capture(copy)
-    # An idle GPU sits at its lowest clocks: replay until it has ramped up, then keep the best
-    # block, since a ceiling that reads low would reject honest kernels as impossible.
+    return (
+        2
+        * (nbytes // 4 * 4)
+        / _best_block_median(timer, kernel_copy(nbytes, timer.device), samples, warm_s)
+    )
+
+
+def _best_block_median(timer: GpuTimer, fn: Callable, samples: int, warm_s: float) -> float:
+    """The best of five block medians of `fn`'s graph, replayed for `warm_s` first: an idle GPU
+    sits at its lowest clocks, and a ceiling that reads low would reject honest kernels as
+    impossible. `fn` (and the buffers it holds) lives until the graph has been timed."""
+    graph, _ = timer.capture(fn)
     start = time.perf_counter()
     while time.perf_counter() - start < warm_s:
         timer.block(graph, samples)
-    best = min(median(timer.block(graph, samples)) for _ in range(5))
-    del copy, graph
-    return 2 * (nbytes // 4 * 4) / best
+    return min(median(timer.block(graph, samples)) for _ in range(5))
 
 
 # The read kernel: each thread issues VECTORS_PER_THREAD 16-byte loads at once, over a grid that
@@ -120,10 +126,17 @@ def read_launcher(
     args = (src.data_ptr(), cupy.int64(n16), sink.data_ptr(), cupy.uint64(target))
 
     def launch() -> None:
-        stream = TorchStream(torch.cuda.current_stream(held[0].device).cuda_stream)
+        stream = TorchStream(torch.cuda.current_stream(src.device).cuda_stream)
         kernel((grid,), (READ_THREADS,), args, stream=stream)
 
+    launch.holds = held  # the tensors behind `args` live as long as the call
     return launch
+
+
+def random_words(nbytes: int, device: torch.device | str) -> torch.Tensor:
+    """Random int32 words filling the whole 16-byte vectors in `nbytes` (what the read kernel
+    reads: random, so no compression or constant-XOR shortcut applies)."""
+    return torch.randint(-(2**31), 2**31 - 1, (nbytes // 16 * 4,), dtype=torch.int32, device=device)
 
 
 def kernel_read(nbytes: int, device: torch.device | str) -> Callable[[], None]:
@@ -137,7 +150,7 @@ def kernel_read(nbytes: int, device: torch.device | str) -> Callable[[], None]:
     if nbytes < 16:
         raise ValueError(f"kernel_read reads whole 16-byte vectors, got {nbytes} bytes")
     device = torch.device(device)
-    src = torch.randint(-(2**31), 2**31 - 1, (nbytes // 16 * 4,), dtype=torch.int32, device=device)
+    src = random_words(nbytes, device)
     with cupy.cuda.Device(device.index):
         module = cupy.RawModule(code=READ_SOURCE, options=(f"-DVPT={READ_VECTORS_PER_THREAD}",))
         return read_launcher(module.get_function("read_all"), src)
@@ -148,11 +161,9 @@ def device_read_bandwidth(
 ) -> float:
     """Bytes read per second of `kernel_read`, best block median of graph replays: the ceiling
     for kernels that mostly read (above copy bandwidth on HBM, which turns reads into writes)."""
-    read = kernel_read(nbytes, timer.device)  # holds the buffer the graph reads
-    graph, _ = timer.capture(read)
-    start = time.perf_counter()
-    while time.perf_counter() - start < warm_s:
-        timer.block(graph, samples)
-    best = min(median(timer.block(graph, samples)) for _ in range(5))
-    del read, graph
-    return nbytes // 16 * 16 / best
+    return (
+        nbytes
+        // 16
+        * 16
+        / _best_block_median(timer, kernel_read(nbytes, timer.device), samples, warm_s)
+    )

@@ -4,10 +4,11 @@
 # then a few configs each against one peer in a single worker. One JSON per call goes into DIR
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
-#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [mla_decode]
-#       [prefill_attention] [fp8_gemm]
+#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1]
+#       [mla_decode] [prefill_attention] [fp8_gemm]
 #
-# No stage named: all six but gqa_b1 (estimated 5-7 minutes on an H200; split across calls if needed).
+# No stage named: all but gqa_b1 (estimated 5-7 minutes on an H200; split across calls if
+# needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.

@@ -34,6 +34,7 @@ from baselines.roofline import (
     READ_VECTORS_PER_THREAD,
     TorchStream,
     device_copy_bandwidth,
+    random_words,
     read_launcher,
 )
 from baselines.stats import summarize
@@ -101,12 +102,12 @@ def _launchers(sizes_bytes: list[int], device: torch.device) -> dict:
 
     out = {"empty kernel": (0, launch_empty)}
     for nbytes in sizes_bytes:
-        n16 = nbytes // 16
-        src = torch.randint(-(2**31), 2**31 - 1, (n16 * 4,), dtype=torch.int32, device=device)
+        src = random_words(nbytes, device)
+        read_bytes = src.numel() * 4
         mb = f"{nbytes / 1e6:.1f} MB"
-        out[f"read {mb}"] = (n16 * 16, read_launcher(read, src))
-        out[f"read {mb}, clusters of 8"] = (n16 * 16, read_launcher(read8, src, cluster=8))
-        out[f"copy {mb}"] = (2 * n16 * 16, read_launcher(read, src, torch.empty_like(src)))
+        out[f"read {mb}"] = (read_bytes, read_launcher(read, src))
+        out[f"read {mb}, clusters of 8"] = (read_bytes, read_launcher(read8, src, cluster=8))
+        out[f"copy {mb}"] = (2 * read_bytes, read_launcher(read, src, torch.empty_like(src)))
     return out
 
 

@@ -85,23 +85,19 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
     builds = set()
     vocabs = {shape.dims["vocab"] for shape in task.shapes("cuda")}
     space = module.PARAMS
-    for vocab, threads, slice_kb, stages, exchange in itertools.product(
-        vocabs,
-        space["threads"],
-        space["slice_kb"],
-        space.get("stages", [0]),
-        space.get("exchange", ["cluster"]),
+    # plan's own launch parameters beyond (threads, slice_kb), where the candidate has them
+    extra = [name for name in ("stages", "exchange") if name in space]
+    for vocab, threads, slice_kb, *values in itertools.product(
+        vocabs, space["threads"], space["slice_kb"], *(space[name] for name in extra)
     ):
-        # stages 0 and a cluster exchange are plan's defaults, and all some candidates have
-        how = {"exchange": exchange} if exchange != "cluster" else {}
         try:
             launch = module.plan(
-                vocab // 8, threads, slice_kb, *([stages] if stages else []), **how
+                vocab // 8, threads, slice_kb, **dict(zip(extra, values, strict=True))
             )
         except ValueError:  # too long a slice for so few threads: refused at launch
             continue
         builds.add(("sm_90", threads, launch))
-        if launch.cluster == 1 and not stages:
+        if launch.cluster == 1 and not getattr(launch, "stages", 0):
             builds.add(("sm_80", threads, launch))
     for arch, threads, launch in sorted(builds, key=repr):
         assert_cuda_compiles(

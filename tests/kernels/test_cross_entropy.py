@@ -124,7 +124,7 @@ def test_shipped_candidates_on_gpu(task) -> None:
 @pytest.mark.parametrize("exchange", ["cluster", "global"])
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
 def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange) -> None:
-    """Rows that take the kernel's special paths (test_softmax.edge_rows), targets at a finite
+    """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
     module = candidate_module(task, "cupy_cross_entropy_resident.py")
