@@ -10,7 +10,8 @@ weights and inputs upcast), then the four variants interleaved (baselines.timer,
 captures per variant, rotated block by block as the evaluator does; 2 where 8 run out of
 memory), with median intervals and the paired speedups against eager and compiled. Decode
 sizes also report the bytes a step must stream (weights + KV cache) per second, as a % of an SM
-copy kernel and of an SM read kernel measured in the same run. The decode target is 90 % of copy bandwidth.
+copy kernel and of an SM read kernel measured in the same run, and with --profile each kernel of
+a replay and the idle gaps between them. The decode target is 90 % of copy bandwidth.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from baselines.graph_profile import format_timeline, kernel_timeline
 from baselines.roofline import device_copy_bandwidth, device_read_bandwidth
 from baselines.stats import ratio_interval, summarize
 from baselines.timer import CAPTURE_SLOTS, GpuTimer, StoppingRule, measure_interleaved
@@ -55,6 +57,8 @@ KINDS = {"llama": LlamaConfig, "mla": MlaConfig}
 # torch.compile of that block, the kernels opaque ops inside it (where a peer won, the op is
 # compiled as in `compiled`).
 VARIANTS = ("eager", "compiled", "tuned", "compiled-tuned")
+# With --profile, the decode sizes' kernel timelines of these variants.
+PROFILED = ("compiled", "compiled-tuned")
 # Allowed relative error against the float32 block, over and above eager's own.
 TOLERANCE = 2e-2
 
@@ -95,6 +99,11 @@ def _runner(timer: GpuTimer, fn, inputs: tuple, slots: int, keep: list):
         return timer.block(graphs[turn[0] % len(graphs)], n)
 
     return block
+
+
+def _timeline(timer: GpuTimer, fn, inputs: tuple):
+    graph = timer.capture(lambda: fn(*inputs))[0]
+    return kernel_timeline(graph, replays=20)
 
 
 def _ratio(medians: list[list[float]], base: int, other: int) -> dict:
@@ -140,6 +149,12 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
         row["stream_pct_of_read"] = {
             v: 100 * nbytes / row["times_s"][v]["median"] / bw["read"] for v in VARIANTS
         }
+    if args.profile and mode == "decode":
+        row["timeline"] = {}
+        for v in PROFILED:
+            timeline = _timeline(timer, getattr(blocks[v], mode), inputs)
+            row["timeline"][v] = timeline.to_dict()
+            print(f"{cfg.kind} {mode} b{batch} L{length} {v}:\n{format_timeline(timeline)}")
     del keep, runners, inputs
     gc.collect()
     torch.cuda.empty_cache()
@@ -185,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-blocks", type=int, default=10)
     parser.add_argument("--max-time-s", type=float, default=3.0)
     parser.add_argument("--ratio-halfwidth", type=float, default=0.005)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help=f"at decode sizes, also each kernel's time and the gaps ({', '.join(PROFILED)})",
+    )
     args = parser.parse_args(argv)
 
     if not torch.cuda.is_available():

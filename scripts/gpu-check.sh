@@ -19,7 +19,7 @@
 #             JSON of earlier memtasks/gemmattn stages in the same call (and DISPATCH_FROM folders)
 #   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; the
 #             dispatch tables in E2E_DISPATCH, else those of an earlier dispatch, fullrun or run
-#             stage in the same call)
+#             stage in the same call; E2E_ARGS, e.g. "--sizes decode:1:4096 --profile")
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 #   profile-softmax  scripts/profile_softmax_gpu.sh: ncu of the register-resident CuPy softmax
 #   floor     scripts/bench_timer_floor.py: the timer's floor (an empty kernel, reads of decode sizes)
@@ -72,7 +72,7 @@ for stage in "$@"; do
     e2e)
         tables=${E2E_DISPATCH:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
         timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
-            --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
+            --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" ${E2E_ARGS:-} 2>&1 | tee "$OUT/e2e.log" | tail -30
         ;;
     profile-softmax)
         timeout "$(limit 150)" bash scripts/profile_softmax_gpu.sh "$OUT/profile" 2>&1 |

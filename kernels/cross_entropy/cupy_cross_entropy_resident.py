@@ -111,6 +111,9 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
 // BLOCKS blocks take a row: a cluster of them (CLUSTER == BLOCKS), or, with CLUSTER 1 and
 // BLOCKS > 1, independent blocks that meet through global memory (GLOBAL_EXCHANGE).
 #define GLOBAL_EXCHANGE (CLUSTER == 1 && BLOCKS > 1)
+#if GLOBAL_EXCHANGE && BLOCKS > 32
+#error "a global exchange combines one pair a lane: at most 32 blocks a row"
+#endif
 
 extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy_resident_bf16(
     const uint4* __restrict__ x, const long long* __restrict__ targets, float* __restrict__ loss,
@@ -197,15 +200,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
 #elif GLOBAL_EXCHANGE
     // Each block publishes its (max, sum) and counts itself in (the counts start at 0); the
     // last of the row to arrive combines them, one a lane, and writes the loss.
+    // Lane 0's fences order its publish before its count, and the others' pairs before the
+    // last block's reads; __syncwarp passes that order on to the warp's other lanes.
     if (warp != 0) return;
     unsigned last = 0;
     if (lane == 0) {
         partial[blockIdx.x] = make_float2(m_all, s_all);
         __threadfence();
         last = atomicAdd(&arrived[row], 1u) == BLOCKS - 1;
+        if (last) __threadfence();
     }
-    if (!__shfl_sync(0xffffffffu, last, 0)) return;
-    __threadfence();
+    last = __shfl_sync(0xffffffffu, last, 0);
+    __syncwarp();
+    if (!last) return;
     const float2 q = lane < BLOCKS ? __ldcg(&partial[row * BLOCKS + lane])
                                    : make_float2(NEG_INF, 0.f);
     const float mi = q.y == 0.f ? NEG_INF : q.x;
@@ -266,7 +273,8 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
             f"{vectors_per_thread} vectors per thread (at most {MAX_VECTORS_PER_THREAD}): "
             "use more threads"
         )
-    return Launch(blocks, slice_vec, vectors_per_thread, exchange)
+    # One block a row exchanges nothing: the same launch whichever way is asked for.
+    return Launch(blocks, slice_vec, vectors_per_thread, exchange if blocks > 1 else "cluster")
 
 
 def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:

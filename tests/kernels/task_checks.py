@@ -66,15 +66,24 @@ def candidate_module(task: Task, name: str) -> ModuleType:
     return import_file(task.folder / name)
 
 
-def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
-    """NVRTC and ptxas accept `source` with `options` and give a cubin (a skip without NVRTC)."""
+def cuda_compile_error(source: str, options: list[str]) -> str | None:
+    """NVRTC's log where it refuses `source` with `options`, None where it gives a cubin (a
+    skip without NVRTC)."""
     nvrtc = _nvrtc_or_skip()
     program = nvrtc.createProgram(source, "candidate.cu", [], [])
     try:
         nvrtc.compileProgram(program, options)
     except Exception as exc:
-        pytest.fail(f"{what}: {exc}\n{nvrtc.getProgramLog(program)}")
+        return f"{exc}\n{nvrtc.getProgramLog(program)}"
     assert len(nvrtc.getCUBIN(program)) > 0
+    return None
+
+
+def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
+    """NVRTC and ptxas accept `source` with `options` and give a cubin (a skip without NVRTC)."""
+    error = cuda_compile_error(source, options)
+    if error is not None:
+        pytest.fail(f"{what}: {error}")
 
 
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:

@@ -16,6 +16,7 @@ from tests.kernels.task_checks import (
     assert_shipped_accepted,
     assert_wrong_rejected,
     candidate_module,
+    cuda_compile_error,
     edge_rows,
     evaluate_with_wrong,
     gpu_evaluate,
@@ -149,10 +150,25 @@ def test_a_global_exchange_takes_up_to_32_independent_blocks_a_row(task) -> None
     assert module.plan(16032, 512, 16).blocks == module.MAX_CLUSTER
     # 151936 columns in 8 KiB slices would take 38 blocks: capped at 32, 594 vectors each.
     assert module.plan(18992, 256, 8, "global") == module.Launch(32, 594, 3, "global")
-    # A row that fits one block needs no exchange either way.
+    # A row that fits one block exchanges nothing: the same launch either way.
+    assert module.plan(4000, 512, 64, "global") == module.plan(4000, 512, 64, "cluster")
     assert module.plan(4000, 512, 64, "global").blocks == 1
     with pytest.raises(ValueError, match="exchange"):
         module.plan(4000, 512, 64, "atomic")
+
+
+def test_a_global_exchange_over_32_blocks_does_not_compile(task) -> None:
+    """Its last block combines one pair a lane, so the source refuses more blocks than lanes."""
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+
+    def error(blocks: int) -> str | None:
+        launch = module.Launch(blocks, 300, 1, "global")
+        return cuda_compile_error(
+            module.SOURCE, ["-arch=sm_90", *module.compile_options(512, launch)]
+        )
+
+    assert error(32) is None
+    assert "at most 32 blocks a row" in error(64)
 
 
 def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
