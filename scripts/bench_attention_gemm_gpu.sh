@@ -4,10 +4,10 @@
 # then a few configs each against one peer in a single worker. One JSON per call goes into DIR
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
-#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1]
+#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
 #       [mla_decode] [prefill_attention] [fp8_gemm]
 #
-# No stage named: all but gqa_b1 (estimated 5-7 minutes on an H200; split across calls if
+# No stage named: all but gqa_b1 and gqa_b1short (estimated 5-7 minutes on an H200; split across calls if
 # needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -103,6 +103,20 @@ for stage in $STAGES; do
             '{"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}' \
             '{"block_n":128,"num_warps":4,"num_stages":3,"programs_per_sm":8}' \
             '{"block_n":64,"num_warps":4,"num_stages":4,"programs_per_sm":8}'
+        ;;
+    gqa_b1short)
+        # Batch 1 at 4096 tokens, the decoder block's short cache: 2048-token splits give 16
+        # programs (0.49x SDPA, session 9); shorter splits fill the GPU.
+        sweep gqa_decode triton_gqa_decode.py b1short sdpa-gqa b1-kv4096 \
+            '{}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256}' \
+            '{"block_n":128,"num_warps":8,"num_stages":2,"split_tokens":256}' \
+            '{"block_n":64,"num_warps":4,"num_stages":2,"split_tokens":128}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":512}' \
+            '{"block_n":32,"num_warps":2,"num_stages":4,"split_tokens":256}' \
+            '{"block_n":32,"num_warps":2,"num_stages":3,"split_tokens":128}' \
+            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":512}' \
+            '{"block_n":64,"num_warps":8,"num_stages":4,"split_tokens":256}'
         ;;
     gqa_b1)
         # Batch 1, where the kernel streams at 88 % (131072 tokens) and 74 % (32768) of copy and

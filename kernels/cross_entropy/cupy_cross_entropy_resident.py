@@ -13,7 +13,9 @@ batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte load
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
-the pairs and writes the loss (up to 32 blocks a row).
+the pairs, writes the loss and sets the row's count back to 0 (up to 32 blocks a row). The
+counts live in one buffer per device, zeroed once, so no call pays a kernel to zero them; calls
+on the same device must therefore not overlap (run them on one stream, as torch does by default).
 Rows must be 16-byte aligned with a multiple of 8 columns, as every vocabulary of the task is.
 
 Launched on torch's current stream, so it is captured in CUDA graphs.
@@ -218,6 +220,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     const float mi = q.y == 0.f ? NEG_INF : q.x;
     m_all = warp_max(mi);
     s_all = warp_sum(weigh(q.y, mi, m_all));
+    if (lane == 0) arrived[row] = 0;  // every block of the row has counted itself in
 #else
     if (warp != 0) return;
 #endif
@@ -289,6 +292,20 @@ def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
     )
 
 
+# The global exchange's per-row arrival counts, per device: zero between calls (the last block
+# of a row resets its count). Every buffer is kept, as a CUDA graph may hold any of them.
+_ARRIVALS: dict[int, list[torch.Tensor]] = {}
+MIN_ARRIVAL_ROWS = 16384
+
+
+def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
+    held = _ARRIVALS.setdefault(device.index, [])
+    if not held or held[-1].numel() < n_rows:
+        rows = max(n_rows, MIN_ARRIVAL_ROWS, 2 * held[-1].numel() if held else 0)
+        held.append(torch.zeros(rows, dtype=torch.int32, device=device))
+    return held[-1]
+
+
 @functools.cache
 def _compiled(threads: int, launch: Launch):
     return cupy.RawKernel(
@@ -325,7 +342,7 @@ def kernel(
     partial = arrived = None
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
-        arrived = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+        arrived = _arrival_counts(n_rows, x.device)
     kern = _compiled(threads, launch)
     kern(
         (n_rows * launch.blocks,),

@@ -137,6 +137,51 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange) 
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
 
+@pytest.mark.gpu
+def test_the_global_exchange_leaves_its_counts_at_zero_for_the_next_call(task) -> None:
+    """No zero-fill between calls: eager calls of several sizes and replays of one captured
+    graph on new logits each give the right loss, and leave every count at 0."""
+    pytest.importorskip("cupy")
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+
+    def loss_of(x, t):
+        return module.kernel(x, t, 256, 8, "global")
+
+    def want(x, t):
+        return torch.nn.functional.cross_entropy(x.double(), t, reduction="none")
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    for rows, cols in [(64, 32000), (3, 128256), (64, 32000), (200, 151936)]:
+        x = torch.randn(rows, cols, generator=gen, device="cuda").mul_(4).bfloat16()
+        t = torch.randint(cols, (rows,), generator=gen, device="cuda")
+        torch.testing.assert_close(loss_of(x, t).double(), want(x, t), atol=1e-3, rtol=1e-4)
+    x = torch.randn(64, 32000, generator=gen, device="cuda").bfloat16()
+    t = torch.randint(32000, (64,), generator=gen, device="cuda")
+    loss_of(x, t)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = loss_of(x, t)
+    for _ in range(3):
+        x.copy_(torch.randn(64, 32000, generator=gen, device="cuda").mul_(4))
+        graph.replay()
+        torch.testing.assert_close(out.double(), want(x, t), atol=1e-3, rtol=1e-4)
+    torch.cuda.synchronize()
+    for counts in module._ARRIVALS[torch.cuda.current_device()]:
+        assert int(counts.abs().sum()) == 0
+
+
+def test_the_arrival_counts_grow_and_keep_what_a_graph_may_hold(task) -> None:
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    cpu = torch.device("cpu")
+    first = module._arrival_counts(10, cpu)
+    assert first.numel() == module.MIN_ARRIVAL_ROWS and int(first.sum()) == 0
+    assert module._arrival_counts(module.MIN_ARRIVAL_ROWS, cpu) is first
+    bigger = module._arrival_counts(module.MIN_ARRIVAL_ROWS + 1, cpu)
+    assert bigger.numel() == 2 * module.MIN_ARRIVAL_ROWS
+    assert module._ARRIVALS[cpu.index] == [first, bigger]
+    assert module._arrival_counts(5, cpu) is bigger
+
+
 def test_the_resident_plan_takes_the_smallest_cluster_that_fits_the_slice(task) -> None:
     assert_resident_plan(candidate_module(task, "cupy_cross_entropy_resident.py"))
 
