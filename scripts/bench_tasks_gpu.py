@@ -100,6 +100,12 @@ PIPELINED_152K_GRID = _grid(
 # compiling every shape outran 150 s on the H200.
 GEMV_PEERS = ["cublas", "eager"]
 SPLITK_GRID = _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]})
+# All but k_warps 16 with n_tiles 4, which the kernel refuses (its partial tiles' shared memory).
+MMA_GRID = [
+    c
+    for c in _grid({"k_warps": [4, 8, 16], "n_tiles": [1, 2, 4], "unroll": [1, 2, 4]})
+    if c["k_warps"] * c["n_tiles"] <= 32
+]
 
 PLANS = [
     Plan(
@@ -226,6 +232,32 @@ PLANS = [
         ["m1-n6144-k4096", "m1-n28672-k4096"],
         SPLITK_GRID,
         tag="wide",
+        peers=GEMV_PEERS,
+    ),
+    # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),
+    # swept at a square weight, a wide one and a long-K one.
+    Plan(
+        "skinny_gemm",
+        "cupy_gemv_mma.py",
+        ["m16-n4096-k4096", "m16-n6144-k4096", "m4-n7168-k7168", "m4-n4096-k14336"],
+        MMA_GRID,
+        tag="mma",
+        peers=GEMV_PEERS,
+    ),
+    Plan(
+        "skinny_gemm",
+        "cupy_gemv_mma.py",
+        ["m16-n28672-k4096"],
+        MMA_GRID,
+        tag="mmawide",
+        peers=GEMV_PEERS,
+    ),
+    Plan(
+        "skinny_gemm",
+        "cupy_gemv_mma.py",
+        ["m16-n4096-k14336", "m16-n7168-k18432"],
+        MMA_GRID,
+        tag="mmalongk",
         peers=GEMV_PEERS,
     ),
     Plan(

@@ -122,6 +122,7 @@ CANDIDATES = {
         "triton_skinny_gemm.py",
         "cupy_gemv.py",
         "cupy_gemv_splitk.py",
+        "cupy_gemv_mma.py",
         "torch_skinny_gemm.py",
     ],
     "cpu": ["torch_skinny_gemm.py"],

@@ -155,6 +155,9 @@ def test_the_split_k_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> No
         ("cupy_gemv_splitk.py", {}),
         ("cupy_gemv_splitk.py", {"per_lane": 16, "n_per_block": 1, "rows": 1}),
         ("cupy_gemv_splitk.py", {"per_lane": 2, "n_per_block": 4, "rows": 2}),
+        ("cupy_gemv_mma.py", {}),
+        ("cupy_gemv_mma.py", {"k_warps": 16, "n_tiles": 2, "unroll": 4}),
+        ("cupy_gemv_mma.py", {"k_warps": 4, "n_tiles": 4, "unroll": 1}),
     ],
 )
 def test_gpu_candidates_match_the_reference(task, candidate, params) -> None:
@@ -162,3 +165,39 @@ def test_gpu_candidates_match_the_reference(task, candidate, params) -> None:
 
     ev = evaluate(task, [CandidateSpec(task.folder / candidate, params)], "cuda")
     assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+
+
+def test_the_mma_gemv_compiles_at_every_launch(task) -> None:
+    """Every PARAMS point it does not refuse, for both halves of x's rows, on sm_90 and sm_80;
+    the refused ones are those whose partial tiles outgrow its shared memory."""
+    module = candidate_module(task, "cupy_gemv_mma.py")
+    space = module.PARAMS
+    built = 0
+    for k_warps, n_tiles, unroll in itertools.product(
+        space["k_warps"], space["n_tiles"], space["unroll"]
+    ):
+        if k_warps * n_tiles > module.MAX_WARP_TILES:
+            continue
+        for arch, rows in itertools.product(("sm_90", "sm_80"), (8, 16)):
+            options = [f"-arch={arch}", *module.compile_options(k_warps, n_tiles, unroll, rows)]
+            assert_cuda_compiles(module.SOURCE, options, f"{arch} {options}")
+            built += 1
+    assert built == 4 * (len(space["k_warps"]) * len(space["n_tiles"]) * len(space["unroll"]) - 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, {"k_warps": 4, "n_tiles": 2, "unroll": 4}])
+def test_the_mma_gemv_on_ragged_shapes(task, params) -> None:
+    """Rows that leave x's halves partly empty or run past 16, outputs that leave the last tile
+    short, and a K that ends in a partial 32-wide chunk."""
+    module = candidate_module(task, "cupy_gemv_mma.py")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for m, n, k in [(1, 64, 64), (5, 1000, 4104), (8, 48, 256), (9, 4096, 4096), (16, 17, 8),
+                    (33, 200, 1032)]:  # fmt: skip
+        x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
+        w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        got = module.kernel(x, w, **params).double()
+        want = x.double() @ w.double().t()
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=1e-2, msg=f"m{m} n{n} k{k}")
+    with pytest.raises(ValueError, match="at most"):
+        module.kernel(x, w, k_warps=16, n_tiles=4)
