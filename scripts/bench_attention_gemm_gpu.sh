@@ -111,10 +111,10 @@ for stage in $STAGES; do
             '{}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256}' \
             '{"block_n":128,"num_warps":8,"num_stages":2,"split_tokens":256}' \
-            '{"block_n":64,"num_warps":4,"num_stages":2,"split_tokens":128}' \
+            '{"block_n":64,"num_warps":4,"num_stages":2,"split_tokens":256}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":512}' \
             '{"block_n":32,"num_warps":2,"num_stages":4,"split_tokens":256}' \
-            '{"block_n":32,"num_warps":2,"num_stages":3,"split_tokens":128}' \
+            '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":256}' \
             '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":512}' \
             '{"block_n":64,"num_warps":8,"num_stages":4,"split_tokens":256}'
         ;;
