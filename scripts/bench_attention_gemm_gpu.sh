@@ -106,7 +106,10 @@ for stage in $STAGES; do
         ;;
     gqa_b1short)
         # Batch 1 at 4096 tokens, the decoder block's short cache: 2048-token splits give 16
-        # programs (0.49x SDPA, session 9); shorter splits fill the GPU.
+        # programs (0.49x SDPA, session 9); shorter splits fill the GPU. First the best of the
+        # sweep below (session 10, call 2) against every peer.
+        bench gqa_decode triton_gqa_decode.py b1short-best \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256}' "" b1-kv4096
         sweep gqa_decode triton_gqa_decode.py b1short sdpa-gqa b1-kv4096 \
             '{}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256}' \
