@@ -235,30 +235,23 @@ PLANS = [
         peers=GEMV_PEERS,
     ),
     # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),
-    # swept at a square weight, a wide one and a long-K one.
-    Plan(
-        "skinny_gemm",
-        "cupy_gemv_mma.py",
-        ["m16-n4096-k4096", "m16-n6144-k4096", "m4-n7168-k7168", "m4-n4096-k14336"],
-        MMA_GRID,
-        tag="mma",
-        peers=GEMV_PEERS,
-    ),
-    Plan(
-        "skinny_gemm",
-        "cupy_gemv_mma.py",
-        ["m16-n28672-k4096"],
-        MMA_GRID,
-        tag="mmawide",
-        peers=GEMV_PEERS,
-    ),
-    Plan(
-        "skinny_gemm",
-        "cupy_gemv_mma.py",
-        ["m16-n4096-k14336", "m16-n7168-k18432"],
-        MMA_GRID,
-        tag="mmalongk",
-        peers=GEMV_PEERS,
+    # swept at each weight: the best tile and split differ with N and K.
+    *(
+        Plan(
+            "skinny_gemm",
+            "cupy_gemv_mma.py",
+            shapes,
+            MMA_GRID,
+            tag=tag,
+            peers=GEMV_PEERS,
+        )
+        for tag, shapes in [
+            ("mma", ["m16-n4096-k4096", "m4-n7168-k7168", "m4-n4096-k14336"]),
+            ("mma6144", ["m16-n6144-k4096"]),
+            ("mmawide", ["m16-n28672-k4096"]),
+            ("mmalongk", ["m16-n4096-k14336"]),
+            ("mma18432", ["m16-n7168-k18432"]),
+        ]
     ),
     Plan(
         "cross_entropy",

@@ -13,8 +13,8 @@ their fragment layout wants them (its logical columns 2t, 2t+1, 2t+8, 2t+9). A a
 same permutation of k, so the product is unchanged.
 
 A block takes 16 * n_tiles rows of W; its k_warps warps split K by chunks (warp w takes chunks
-w, w + k_warps, ...), `unroll` chunks in flight per step, and add their partial tiles through
-shared memory at the end. Float32 accumulation, bfloat16 out. K must be a multiple of 8 with
+w, w + k_warps, ...), `unroll` chunks a step, the next step's loads issued before this step's
+MMAs (two register buffers), and add their partial tiles through shared memory at the end. Float32 accumulation, bfloat16 out. K must be a multiple of 8 with
 16-byte aligned tensors, as every GPU shape of the task is; more than 16 rows go 16 to a launch.
 
 Launched on torch's current stream, so it is captured in CUDA graphs.
@@ -76,6 +76,37 @@ __device__ __forceinline__ void chunk_mma(float* acc0, float* acc1, uint4 wlo, u
 #endif
 }
 
+// One step of a warp: UNROLL chunks from chunk c0, KW apart (zeros past K, N or M).
+__device__ __forceinline__ void load_step(uint4 (&wv)[UNROLL][NT][2], uint4 (&xv)[UNROLL][2],
+                                          int c0, int chunks, int k8, int t,
+                                          const uint4* const (&wp)[NT][2], const bool (&wr)[NT][2],
+                                          const uint4* x0p, const uint4* x1p, bool xr0,
+                                          bool xr1) {
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    #pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const int c = c0 + u * KW;
+        const int v = 4 * c;  // this chunk's first vector; the lane takes v + t
+        const bool live = c < chunks && v + t < k8;
+        #pragma unroll
+        for (int r = 0; r < NT; ++r)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+                wv[u][r][h] = live && wr[r][h] ? load_stream(wp[r][h] + v) : zero;
+        xv[u][0] = live && xr0 ? __ldg(x0p + v) : zero;
+        xv[u][1] = live && xr1 ? __ldg(x1p + v) : zero;
+    }
+}
+
+__device__ __forceinline__ void mma_step(float (&acc)[NT][2][4], const uint4 (&wv)[UNROLL][NT][2],
+                                         const uint4 (&xv)[UNROLL][2]) {
+    #pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        #pragma unroll
+        for (int r = 0; r < NT; ++r)
+            chunk_mma(acc[r][0], acc[r][1], wv[u][r][0], wv[u][r][1], xv[u][0], xv[u][1]);
+}
+
 extern "C" __global__ void __launch_bounds__(32 * KW) gemv_mma_bf16(
     const uint4* __restrict__ x, const uint4* __restrict__ w, unsigned short* __restrict__ y,
     long long M, long long N, long long k8_, long long m0)
@@ -86,7 +117,6 @@ extern "C" __global__ void __launch_bounds__(32 * KW) gemv_mma_bf16(
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const long long n0 = (long long)blockIdx.x * (16 * NT);
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 
     // This lane's rows: of x, rows m0 + g and m0 + g + 8 (zero past M); of W, g and g + 8 of
     // each tile (zero past N).
@@ -113,26 +143,16 @@ extern "C" __global__ void __launch_bounds__(32 * KW) gemv_mma_bf16(
             #pragma unroll
             for (int j = 0; j < 4; ++j) acc[r][h][j] = 0.f;
 
-    for (int c0 = warp; c0 < chunks; c0 += KW * UNROLL) {
-        uint4 wv[UNROLL][NT][2], xv[UNROLL][2];
-        #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int c = c0 + u * KW;
-            const int v = 4 * c;  // this chunk's first vector; the lane takes v + t
-            const bool live = c < chunks && v + t < k8;
-            #pragma unroll
-            for (int r = 0; r < NT; ++r)
-                #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    wv[u][r][h] = live && wr[r][h] ? load_stream(wp[r][h] + v) : zero;
-            xv[u][0] = live && xr0 ? __ldg(x0p + v) : zero;
-            xv[u][1] = live && xr1 ? __ldg(x1p + v) : zero;
-        }
-        #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            #pragma unroll
-            for (int r = 0; r < NT; ++r)
-                chunk_mma(acc[r][0], acc[r][1], wv[u][r][0], wv[u][r][1], xv[u][0], xv[u][1]);
+    // Two register buffers: the next step's loads are in flight while this step's MMAs run.
+    uint4 wa[UNROLL][NT][2], xa[UNROLL][2], wb[UNROLL][NT][2], xb[UNROLL][2];
+    const int step = KW * UNROLL;
+    load_step(wa, xa, warp, chunks, k8, t, wp, wr, x0p, x1p, xr0, xr1);
+    for (int c0 = warp; c0 < chunks; c0 += 2 * step) {
+        load_step(wb, xb, c0 + step, chunks, k8, t, wp, wr, x0p, x1p, xr0, xr1);
+        mma_step(acc, wa, xa);
+        if (c0 + step >= chunks) break;
+        load_step(wa, xa, c0 + 2 * step, chunks, k8, t, wp, wr, x0p, x1p, xr0, xr1);
+        mma_step(acc, wb, xb);
     }
 
     #pragma unroll
