@@ -10,6 +10,11 @@ Two block kinds, one forward function each for a decode step and for a prefill:
   cache, prefill the expanded form) and a *dense* SwiGLU FFN: DeepSeek-V3's MoE layers are not
   modelled (a dense FFN of the first layers' width stands in for them).
 
+Llama's block calls two fused ops: the input norms folded into the projections after them
+(`rmsnorm_linear`: the qkv and gate+up projections) and the residual adds into the projections
+before them (`linear_residual`: the output and down projections). Where no tuned kernel does one
+in one, it is the composition of the unfused ops, so the block's math is the same either way.
+
 The ops a block calls live in an `Ops` of plain callables, built three ways: `eager_ops()`
 (plain torch, the tasks' reference math in the block's dtype) and `tuned_ops(dispatch_dir)` (per
 call, the dispatch table of the op's task picks what won at the call's dims: a tuned candidate,
@@ -193,6 +198,10 @@ class Ops:
     attention_prefill: Callable  # (q (B, Hq, T, d), k (B, Hkv, T, d), v (B, Hkv, T, dv))
     mla_decode: Callable  # (q_nope (B, H, C), q_pe (B, H, R), ckv (B, L, C), kpe (B, L, R))
     linear: Callable  # (x (M, K), w (N, K)) -> (M, N)
+    # Fused: linear(rmsnorm(x, g), w), and linear(x, w) + r. Where no tuned kernel does them in
+    # one, they are those compositions of the ops above.
+    rmsnorm_linear: Callable | None = None  # (x (M, K), g (K,), w (N, K)) -> (M, N)
+    linear_residual: Callable | None = None  # (x (M, K), w (N, K), r (M, N)) -> (M, N)
     label: str = "eager"
     notes: list[str] = field(default_factory=list)
 
@@ -244,8 +253,20 @@ def _mla_decode(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
     return torch.einsum("bht,btc->bhc", probs, ckv)
 
 
+def _composed(ops: Ops, op: str) -> Callable:
+    """A fused op as the composition of `ops`' own unfused ones (tuned or eager)."""
+    if op == "rmsnorm_linear":
+        return lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w)
+    if op == "linear_residual":
+        return lambda x, w, r: ops.linear(x, w) + r
+    raise KeyError(op)
+
+
+FUSED = ("rmsnorm_linear", "linear_residual")
+
+
 def eager_ops() -> Ops:
-    return Ops(
+    ops = Ops(
         rmsnorm=_rmsnorm,
         add_rmsnorm=_add_rmsnorm,
         rope=_rope,
@@ -255,6 +276,9 @@ def eager_ops() -> Ops:
         mla_decode=_mla_decode,
         linear=F.linear,
     )
+    for op in FUSED:
+        setattr(ops, op, _composed(ops, op))
+    return ops
 
 
 # ------------------------------------------------------------------------------- tuned ops
@@ -308,7 +332,17 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
         },
     ),
     "linear": ("skinny_gemm", lambda x, w: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]}),
+    # The fused ops come last: where they have no kernel, they compose the tuned ops above.
+    "rmsnorm_linear": (
+        "rmsnorm_linear",
+        lambda x, g, w: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]},
+    ),
+    "linear_residual": (
+        "linear_residual",
+        lambda x, w, r: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]},
+    ),
 }
+_ROW_BUCKETED = ("linear", *FUSED)  # keyed on m: a tuned kernel serves the rows it was tuned for
 
 
 def _load_module(path: Path):
@@ -473,7 +507,8 @@ def _tuned_op(
 
 
 def _skinny_only(dims: dict, choice: Choice) -> bool:
-    """A skinny GEMM serves the row counts it was tuned for, not a 4096-row prefill."""
+    """A skinny GEMM (fused or not) serves the row counts it was tuned for, not a 4096-row
+    prefill."""
     bucket = _bucket_of(choice.shape)
     return bucket is not None and dims["m"] > bucket
 
@@ -510,12 +545,15 @@ def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu
         return ops
     found = 0
     for op, (task_name, _) in _DIMS.items():
+        if op in FUSED:
+            setattr(ops, op, _composed(ops, op))  # of the tuned ops set so far
         table = folder / f"dispatch-{task_name}.json"
         if not table.is_file():
             continue
         eager = getattr(ops, op)
+        skip = _skinny_only if op in _ROW_BUCKETED else None
         try:
-            tuned = _tuned_op(op, table, eager, ops.notes, _skinny_only if op == "linear" else None)
+            tuned = _tuned_op(op, table, eager, ops.notes, skip)
         except (LookupError, TaskError, ValueError, OSError) as exc:
             ops.notes.append(f"{table}: unusable ({exc}), {op} stays eager")
             continue
@@ -545,16 +583,16 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
     nq, nkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
 
     def attention_in(x, cos, sin):
-        h = ops.rmsnorm(x, w["attn_norm"])
-        qkv = ops.linear(h, w["wqkv"])
+        qkv = ops.rmsnorm_linear(x, w["attn_norm"], w["wqkv"])
         q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
         q = ops.rope(q.reshape(-1, nq, d), cos, sin)
         k = ops.rope(k.reshape(-1, nkv, d), cos, sin)
         return q, k, v.reshape(-1, nkv, d)
 
     def ffn(attn, x):
-        y, residual = ops.add_rmsnorm(ops.linear(attn, w["wo"]), x, w["ffn_norm"])
-        return ops.linear(ops.swiglu(ops.linear(y, w["w_gate_up"])), w["w_down"]) + residual
+        h = ops.linear_residual(attn, w["wo"], x)
+        gate_up = ops.rmsnorm_linear(h, w["ffn_norm"], w["w_gate_up"])
+        return ops.linear_residual(ops.swiglu(gate_up), w["w_down"], h)
 
     def decode(x, k_cache, v_cache, cos, sin):
         """x (B, hidden); caches (B, kv_heads, L, d) holding the new token's slot; cos and sin

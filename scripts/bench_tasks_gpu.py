@@ -1,5 +1,6 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
-rope, and skinny_gemm's CuPy GEMV at M <= 16): an optional quick sweep that times a short list
+rope, skinny_gemm's CuPy GEMVs at M <= 16 and the fused decode GEMVs rmsnorm_linear and
+linear_residual): an optional quick sweep that times a short list
 of each candidate's configurations at the plan's first shape (one evaluator call per plan:
 verify, then interleaved CUDA-graph timing) and keeps the fastest, then `autotune bench` of that
 configuration against the peers over the plan's shapes. Writes one JSON file per step into
@@ -233,6 +234,38 @@ PLANS = [
         SPLITK_GRID,
         tag="wide",
         peers=GEMV_PEERS,
+    ),
+    # The fused decode GEMVs (a norm folded in before, a residual add after) at the Llama-3-8B
+    # projections a decoder block calls them at, each swept at one token; at 16 rows the peers
+    # (cuBLAS and a separate norm or add) are expected to keep the shape.
+    *(
+        Plan(task, candidate, shapes, SPLITK_GRID, tag=tag, peers=["eager", "torch.compile"])
+        for task, candidate, tag, shapes in [
+            (
+                "rmsnorm_linear",
+                "cupy_rmsnorm_gemv.py",
+                "qkv",
+                ["m1-n6144-k4096", "m16-n6144-k4096"],
+            ),
+            (
+                "rmsnorm_linear",
+                "cupy_rmsnorm_gemv.py",
+                "gateup",
+                ["m1-n28672-k4096", "m16-n28672-k4096"],
+            ),
+            (
+                "linear_residual",
+                "cupy_gemv_residual.py",
+                "o",
+                ["m1-n4096-k4096", "m16-n4096-k4096"],
+            ),
+            (
+                "linear_residual",
+                "cupy_gemv_residual.py",
+                "down",
+                ["m1-n4096-k14336", "m16-n4096-k14336"],
+            ),
+        ]
     ),
     # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),
     # swept at each weight: the best tile and split differ with N and K.

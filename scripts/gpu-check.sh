@@ -22,6 +22,8 @@
 #             stage in the same call; E2E_ARGS, e.g. "--sizes decode:1:4096 --profile")
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 #   profile-softmax  scripts/profile_softmax_gpu.sh: ncu of the register-resident CuPy softmax
+#   memtasks2 the same script again with MEMTASKS2_ARGS, into the same folder (e.g. benches of
+#             earlier sweeps' best with --best-from after a memtasks stage that sweeps)
 #   floor     scripts/bench_timer_floor.py: the timer's floor (an empty kernel, reads of decode sizes)
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
 # 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
@@ -118,6 +120,9 @@ torch.cuda.synchronize()
         ;;
     memtasks)
         timeout "$(limit "${MEMTASKS_TIMEOUT:-330}")" python3 scripts/bench_tasks_gpu.py "$OUT/memtasks" ${MEMTASKS_ARGS:---sweep --no-bench} 2>&1 | tee "$OUT/memtasks.log" | tail -30
+        ;;
+    memtasks2)
+        timeout "$(limit "${MEMTASKS_TIMEOUT:-330}")" python3 scripts/bench_tasks_gpu.py "$OUT/memtasks" ${MEMTASKS2_ARGS:?memtasks2 needs MEMTASKS2_ARGS} 2>&1 | tee "$OUT/memtasks2.log" | tail -30
         ;;
     gemmattn)
         timeout "$(limit "${GEMMATTN_TIMEOUT:-330}")" bash scripts/bench_attention_gemm_gpu.sh "$OUT/gemmattn" ${GEMMATTN_STAGES:-skinny_gemm gqa_decode} 2>&1 | tee "$OUT/gemmattn.log" | tail -30

@@ -86,6 +86,25 @@ def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
         pytest.fail(f"{what}: {error}")
 
 
+def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
+    """Every (rows, k_warps, n_per_block, vectors) launch that a split-K GEMV candidate's PARAMS
+    give at the GPU shapes of `task` with at most 16 rows compiles for sm_90."""
+    module = candidate_module(task, candidate)
+    builds = set()
+    skinny = [s.dims for s in task.shapes("cuda") if s.dims["m"] <= 16]
+    space = module.PARAMS
+    for dims, per_lane, n_per_block, rows in itertools.product(
+        skinny, space["per_lane"], space["n_per_block"], space["rows"]
+    ):
+        k_warps, vectors = module.plan(dims["k"], per_lane, n_per_block)
+        builds.add((min(rows, dims["m"]), k_warps, n_per_block, vectors))
+    assert builds
+    for build in sorted(builds):
+        assert_cuda_compiles(
+            module.SOURCE, ["-arch=sm_90", *module.compile_options(*build)], f"{candidate} {build}"
+        )
+
+
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:
     """Every (threads, slice_kb[, stages][, exchange]) of a row-resident CuPy candidate's PARAMS
     that its plan takes, at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where

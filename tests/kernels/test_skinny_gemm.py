@@ -12,7 +12,11 @@ import torch
 from loop.guards import check_source
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
-from tests.kernels.task_checks import assert_cuda_compiles, candidate_module
+from tests.kernels.task_checks import (
+    assert_cuda_compiles,
+    assert_splitk_launches_compile,
+    candidate_module,
+)
 
 TRITON_PARAMS = {"block_n": 16, "block_k": 32, "split_k": 2, "num_stages": 1}
 
@@ -129,19 +133,7 @@ def test_the_split_k_gemv_plans_warps_for_the_vectors_each_lane_holds(task) -> N
 
 
 def test_the_split_k_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
-    module = candidate_module(task, "cupy_gemv_splitk.py")
-    builds = set()
-    skinny = [s.dims for s in task.shapes("cuda") if s.dims["m"] <= 16]
-    space = module.PARAMS
-    for dims, per_lane, n_per_block, rows in itertools.product(
-        skinny, space["per_lane"], space["n_per_block"], space["rows"]
-    ):
-        k_warps, vectors = module.plan(dims["k"], per_lane, n_per_block)
-        builds.add((min(rows, dims["m"]), k_warps, n_per_block, vectors))
-    for build in sorted(builds):
-        assert_cuda_compiles(
-            module.SOURCE, ["-arch=sm_90", *module.compile_options(*build)], str(build)
-        )
+    assert_splitk_launches_compile(task, "cupy_gemv_splitk.py")
 
 
 @pytest.mark.gpu

@@ -79,8 +79,10 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
     assert _rel(out, pre[:, -1]) < 1e-5
 
 
-# Every op's task, with dims of the tiny configs and params of the shipped torch candidate.
-def _entries(cfg, mode: str) -> dict[str, list[dict]]:
+# Every op's task, with dims of the tiny configs and params of the shipped torch candidate; for
+# Llama, the fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm,
+# add_rmsnorm and skinny_gemm ones they make unused (`fused`), or without them.
+def _entries(cfg, mode: str, fused: bool = True) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
     if cfg.kind == "llama":
@@ -115,6 +117,18 @@ def _entries(cfg, mode: str) -> dict[str, list[dict]]:
         "swiglu": [({"tokens": rows, "ffn": cfg.ffn, **dt}, {"compute": "input"})],
         "skinny_gemm": [({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in gemms],
     }
+    if cfg.kind == "llama":
+        del out["add_rmsnorm"]
+    if cfg.kind == "llama" and fused:
+        del out["rmsnorm"], out["skinny_gemm"]
+        qkv, o = gemms[0], gemms[1]
+        out["rmsnorm_linear"] = [
+            ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16})
+            for nn, k in [qkv, (2 * cfg.ffn, cfg.hidden)]
+        ]
+        out["linear_residual"] = [
+            ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in [o, gemms[-1]]
+        ]
     if cfg.kind == "llama" and mode == "decode":
         dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
@@ -130,7 +144,7 @@ def _entries(cfg, mode: str) -> dict[str, list[dict]]:
     return {
         task: [
             {
-                "shape": f"m{d['m']}" if task == "skinny_gemm" else f"s{i}",
+                "shape": f"m{d['m']}" if "m" in d else f"s{i}",
                 "dims": d,
                 "source": "candidate",
                 "name": f"torch_{task}.py",
@@ -150,6 +164,8 @@ _BUCKETS = {
     "rope": "tokens",
     "swiglu": "tokens",
     "skinny_gemm": "m",
+    "rmsnorm_linear": "m",
+    "linear_residual": "m",
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
     "mla_decode": "kv_len",
@@ -163,10 +179,13 @@ def _write_tables(folder: Path, entries: dict[str, list[dict]]) -> None:
         (folder / f"dispatch-{task}.json").write_text(json.dumps(table))
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
-def test_tuned_torch_candidates_match_eager(cfg, mode: str, tmp_path: Path) -> None:
-    entries = _entries(cfg, mode)
+def test_tuned_torch_candidates_match_eager(cfg, mode: str, fused: bool, tmp_path: Path) -> None:
+    """Every table the block's ops read is used; without the fused tables, the fused ops
+    compose the tuned unfused ones."""
+    entries = _entries(cfg, mode, fused)
     _write_tables(tmp_path, entries)
     ops = tuned_ops(tmp_path, "cpu")
     tuned = _run(cfg, ops, mode)
@@ -221,7 +240,7 @@ def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
 
 
 def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
-    entries = _entries(LLAMA, "decode")
+    entries = _entries(LLAMA, "decode", fused=False)
     for row in entries["rmsnorm"]:
         row.update(source="peer", name="torch.compile", params={})
     _write_tables(tmp_path, {"rmsnorm": entries["rmsnorm"]})
@@ -235,7 +254,7 @@ def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
 def test_two_peers_winning_at_call_sites_of_one_op_compile_into_one_graph(tmp_path) -> None:
     """cuBLAS kept at one projection and eager at the others, compiled with no eager run before:
     every choice the compiler traces must be readable when the first call site is traced."""
-    rows = _entries(LLAMA, "decode")["skinny_gemm"]
+    rows = _entries(LLAMA, "decode", fused=False)["skinny_gemm"]
     for i, row in enumerate(rows):
         row.update(source="peer", name="cublas" if i == 2 else "eager", params={})
     _write_tables(tmp_path, {"skinny_gemm": rows})
@@ -306,18 +325,18 @@ def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp
     commit = _git_commit_file(
         tmp_path / "workspace" / "study", "add_rmsnorm/halves.py", HALVES_OF_ONE_BUFFER
     )
-    rows = _entries(LLAMA, "decode")["add_rmsnorm"]
+    rows = _entries(MLA, "decode")["add_rmsnorm"]  # Llama's block folds it into its GEMVs
     for row in rows:
         row.update(name="halves.py", params={}, commit=commit)
     _write_tables(tmp_path, {"add_rmsnorm": rows})
-    weights = make_weights(LLAMA, "cpu", seed=0)
-    inputs = make_inputs(LLAMA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    weights = make_weights(MLA, "cpu", seed=0)
+    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
     ops = tuned_ops(tmp_path, "cpu")
-    block = decoder_block(LLAMA, weights, ops)
+    block = decoder_block(MLA, weights, ops)
     if compiled:
         block = compiled_block(block, backend="aot_eager")
     got = block.decode(*inputs)
-    want = decoder_block(LLAMA, weights, eager_ops()).decode(*inputs)
+    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
     for g, w in zip(got, want, strict=True):
         assert _rel(g, w) < 1e-5
     assert any("halves.py (workspace commit)" in n for n in ops.notes), ops.notes
@@ -351,12 +370,15 @@ def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
     assert any("swiglu" in n and "no dispatch entry, eager" in n for n in ops.notes), ops.notes
 
 
-def test_skinny_gemm_is_not_used_above_its_tuned_rows(tmp_path: Path) -> None:
-    entries = _entries(LLAMA, "decode")  # tuned at m = 2
-    _write_tables(tmp_path, {"skinny_gemm": entries["skinny_gemm"]})
+@pytest.mark.parametrize("task", ["skinny_gemm", "rmsnorm_linear", "linear_residual"])
+def test_skinny_gemms_are_not_used_above_their_tuned_rows(task: str, tmp_path: Path) -> None:
+    entries = _entries(LLAMA, "decode", fused=task != "skinny_gemm")  # tuned at m = 2
+    _write_tables(tmp_path, {task: entries[task]})
     ops = tuned_ops(tmp_path, "cpu")
-    _run(LLAMA, ops, "prefill")  # m = 24
-    assert any("outside the tuned range" in n for n in ops.notes), ops.notes
+    tuned = _run(LLAMA, ops, "prefill")  # m = 24
+    eager = _run(LLAMA, eager_ops(), "prefill")
+    assert all(torch.equal(t, e) for t, e in zip(tuned, eager, strict=True))
+    assert any(f"({task})" in n and "outside the tuned range" in n for n in ops.notes), ops.notes
 
 
 @pytest.mark.parametrize("where", ["missing", "empty"])
@@ -415,7 +437,7 @@ def test_tuned_source_comes_from_the_run_workspace_commit(tmp_path: Path) -> Non
     )
     assert edited != shipped
     commit = _git_commit_file(tmp_path / "workspace" / "study", "rmsnorm/torch_rmsnorm.py", edited)
-    rows = _entries(LLAMA, "decode")["rmsnorm"]
+    rows = _entries(LLAMA, "decode", fused=False)["rmsnorm"]
     for row in rows:
         row["commit"] = commit
     _write_tables(tmp_path, {"rmsnorm": rows})

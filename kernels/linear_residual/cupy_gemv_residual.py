@@ -1,0 +1,194 @@
+"""A GEMV with its residual add folded in, for M <= 4 rows, in raw CUDA through CuPy:
+y = x W^T + r in one kernel, where model code runs a GEMV and then an add.
+
+The GEMV is skinny_gemm's split-K one (cupy_gemv_splitk.py): a block takes `n_per_block`
+outputs, a row of W shared by enough warps that each lane holds about `per_lane` 16-byte
+vectors, all loaded at once; the thread that writes an output adds the residual's element to
+the float32 sum before rounding to bfloat16. K must be a multiple of 8 with 16-byte aligned x
+and w.
+
+Launched on torch's current stream, so it is captured in CUDA graphs.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import cupy
+import numpy
+import torch
+
+LANGUAGE = "cupy"
+PARAMS = {
+    "per_lane": [2, 4, 8, 16],
+    "n_per_block": [1, 2, 4],
+    "rows": [1, 2, 4],
+}
+MAX_VECTORS_PER_LANE = 32
+
+SOURCE = r"""
+__device__ __forceinline__ float bf_lo(unsigned int u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf_hi(unsigned int u) { return __uint_as_float(u & 0xffff0000u); }
+
+__device__ __forceinline__ unsigned short f2bf(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7f800000u) == 0x7f800000u) {
+        return (unsigned short)((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
+    s = fmaf(bf_lo(a.x), bf_lo(b.x), s);
+    s = fmaf(bf_hi(a.x), bf_hi(b.x), s);
+    s = fmaf(bf_lo(a.y), bf_lo(b.y), s);
+    s = fmaf(bf_hi(a.y), bf_hi(b.y), s);
+    s = fmaf(bf_lo(a.z), bf_lo(b.z), s);
+    s = fmaf(bf_hi(a.z), bf_hi(b.z), s);
+    s = fmaf(bf_lo(a.w), bf_lo(b.w), s);
+    s = fmaf(bf_hi(a.w), bf_hi(b.w), s);
+    return s;
+}
+
+#define STRIDE (32 * KW)
+
+extern "C" __global__ void __launch_bounds__(32 * KW * NPB) gemv_residual_bf16(
+    const uint4* __restrict__ x, const uint4* __restrict__ w,
+    const unsigned short* __restrict__ res, unsigned short* __restrict__ y, long long M,
+    long long N, long long k8_, long long m0)
+{
+    __shared__ float part[NPB][KW][ROWS];
+    const int k8 = (int)k8_;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int local_n = warp / KW, kpart = warp % KW;
+    const long long n = (long long)blockIdx.x * NPB + local_n;
+    const int i0 = kpart * 32 + lane;
+    // A lane whose vectors all lie in the row loads without a bounds check (kept predicates
+    // would cost a register per vector).
+    const bool whole = i0 + (VPL - 1) * STRIDE < k8;
+    float acc[ROWS];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+    if (n < N) {
+        const uint4* wr = w + n * k8 + i0;
+        uint4 wv[VPL];
+        if (whole) {
+            #pragma unroll
+            for (int j = 0; j < VPL; ++j) wv[j] = load_stream(wr + j * STRIDE);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VPL; ++j)
+                wv[j] = i0 + j * STRIDE < k8 ? load_stream(wr + j * STRIDE)
+                                             : make_uint4(0u, 0u, 0u, 0u);
+        }
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (m0 + r < M) {
+                const uint4* xr = x + (m0 + r) * k8 + i0;
+                #pragma unroll
+                for (int j = 0; j < VPL; ++j)
+                    if (whole || i0 + j * STRIDE < k8) acc[r] = dot8(__ldg(xr + j * STRIDE), wv[j], acc[r]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    }
+    if (lane == 0) {
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) part[local_n][kpart][r] = acc[r];
+    }
+    __syncthreads();
+    if (threadIdx.x < NPB * ROWS) {
+        const int ln = threadIdx.x / ROWS, r = threadIdx.x % ROWS;
+        const long long nn = (long long)blockIdx.x * NPB + ln;
+        if (nn < N && m0 + r < M) {
+            float s = 0.f;
+            #pragma unroll
+            for (int kp = 0; kp < KW; ++kp) s += part[ln][kp][r];
+            s += __uint_as_float((unsigned)res[(m0 + r) * N + nn] << 16);
+            y[(m0 + r) * N + nn] = f2bf(s);
+        }
+    }
+}
+"""
+
+
+@dataclass(frozen=True)
+class _TorchStream:
+    """What CuPy's launcher reads from a stream: its handle."""
+
+    ptr: int
+
+
+def plan(k: int, per_lane: int, n_per_block: int) -> tuple[int, int]:
+    """(k_warps, vectors per lane): as many warps per output as give each lane about `per_lane`
+    16-byte vectors of a row of W, within 32 warps a block (more vectors per lane past that)."""
+    k8 = max(k // 8, 1)
+    k_warps = min(-(-k8 // (32 * per_lane)), max(1, 32 // n_per_block))
+    vectors = -(-k8 // (32 * k_warps))
+    if vectors > MAX_VECTORS_PER_LANE:
+        raise ValueError(
+            f"K = {k} needs {vectors} vectors per lane (at most {MAX_VECTORS_PER_LANE})"
+        )
+    return k_warps, vectors
+
+
+def compile_options(rows: int, k_warps: int, n_per_block: int, per_lane: int) -> tuple[str, ...]:
+    return (
+        f"-DROWS={rows}",
+        f"-DKW={k_warps}",
+        f"-DNPB={n_per_block}",
+        f"-DVPL={per_lane}",
+    )
+
+
+@functools.cache
+def _compiled(rows: int, k_warps: int, n_per_block: int, per_lane: int):
+    options = compile_options(rows, k_warps, n_per_block, per_lane)
+    return cupy.RawKernel(SOURCE, "gemv_residual_bf16", options=options)
+
+
+def kernel(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    r: torch.Tensor,
+    per_lane: int = 4,
+    n_per_block: int = 2,
+    rows: int = 4,
+) -> torch.Tensor:
+    if x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16 or r.dtype != torch.bfloat16:
+        raise TypeError(f"bf16 only, got {x.dtype}, {w.dtype} and {r.dtype}")
+    if not (x.is_cuda and x.is_contiguous() and w.is_contiguous() and r.is_contiguous()):
+        raise ValueError("x, w and r must be contiguous CUDA tensors")
+    m, k = x.shape
+    n = w.shape[0]
+    if w.dim() != 2 or w.shape[1] != k or w.device != x.device:
+        raise ValueError(f"w must be (n, {k}) on {x.device}, got {tuple(w.shape)} on {w.device}")
+    if r.shape != (m, n) or r.device != x.device:
+        raise ValueError(f"r must be ({m}, {n}) on {x.device}, got {tuple(r.shape)} on {r.device}")
+    if k % 8 or x.data_ptr() % 16 or w.data_ptr() % 16:
+        raise ValueError("cupy_gemv_residual needs K a multiple of 8 and 16-byte aligned x and w")
+    y = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    if m == 0 or n == 0:
+        return y
+    rows = min(rows, m)
+    k_warps, vectors = plan(k, per_lane, n_per_block)
+    launch = _compiled(rows, k_warps, n_per_block, vectors)
+    stream = _TorchStream(torch.cuda.current_stream(x.device).cuda_stream)
+    grid = (-(-n // n_per_block),)
+    block = (32 * k_warps * n_per_block,)
+    pointers = tuple(numpy.uint64(t.data_ptr()) for t in (x, w, r, y))
+    sizes = (numpy.int64(m), numpy.int64(n), numpy.int64(k // 8))
+    for m0 in range(0, m, rows):
+        launch(grid, block, (*pointers, *sizes, numpy.int64(m0)), stream=stream)
+    return y

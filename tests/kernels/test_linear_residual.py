@@ -1,0 +1,107 @@
+"""The linear-plus-residual task: reference, inputs, shapes, and its shipped candidates (CPU; the
+CuPy kernel compiled by NVRTC here and run only on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_shipped_accepted,
+    assert_splitk_launches_compile,
+    assert_wrong_rejected,
+    candidate_module,
+    evaluate_with_wrong,
+    gpu_evaluate,
+)
+
+# Drops the residual.
+WRONG = """
+import torch
+
+LANGUAGE = "torch"
+PARAMS = {}
+
+
+def kernel(x, w, r):
+    return (x.float()[:, None, :] * w.float()[None, :, :]).sum(-1).to(x.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("linear_residual")
+
+
+def test_reference_is_the_product_plus_the_residual(task) -> None:
+    x = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    w = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    r = torch.tensor([[10.0, -3.0]], dtype=torch.float64)
+    want = torch.tensor([[11.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(task.reference(x, w, r), want)
+
+
+def test_inputs_put_the_residual_above_the_product_and_the_eager_peer_agrees(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    x, w, r = task.module.make_inputs(shape.to_dict(), 3, "cpu")
+    assert r.shape == (shape.dims["m"], shape.dims["n"])
+    product = x.double() @ w.double().t()
+    assert float(r.double().std()) > 1.5 * float(product.std()) > 0.3
+    want = task.reference(x.double(), w.double(), r.double())
+    got = task.peers["eager"](x, w, r).double()
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+def test_gpu_shapes_are_the_projections_onto_the_residual_stream(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {(s.dims["n"], s.dims["k"]) for s in shapes} >= {(4096, 4096), (4096, 14336)}
+    one = next(s for s in shapes if s.name == "m1-n4096-k14336")
+    assert task.bytes_moved(one) == 2 * (14336 * (4096 + 1) + 4096 + 4096)
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_linear_residual.py", {}),
+            ("torch_linear_residual.py", {"chunk_n": 16, "round_product": False}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
+    assert_splitk_launches_compile(task, "cupy_gemv_residual.py")
+
+
+@pytest.mark.gpu
+def test_gpu_candidates_match_the_reference(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            ("cupy_gemv_residual.py", {}),
+            ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
+            ("torch_linear_residual.py", {}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+def test_the_fused_gemv_adds_each_rows_own_residual(task) -> None:
+    """A residual that differs by row and column, a K that leaves lanes short, and more rows
+    than a launch takes."""
+    module = candidate_module(task, "cupy_gemv_residual.py")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for m, n, k in [(3, 1000, 4104), (4, 64, 8), (9, 300, 4096)]:
+        x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
+        w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        r = torch.arange(m * n, device="cuda").reshape(m, n).float().div_(m * n).bfloat16()
+        got = module.kernel(x, w, r, per_lane=2, n_per_block=2, rows=4).double()
+        want = task.reference(x.double(), w.double(), r.double())
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k}")

@@ -1,0 +1,115 @@
+"""The RMSNorm-into-linear task: reference, inputs, shapes, and its shipped candidates (CPU; the
+CuPy kernel compiled by NVRTC here and run only on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_shipped_accepted,
+    assert_splitk_launches_compile,
+    assert_wrong_rejected,
+    candidate_module,
+    evaluate_with_wrong,
+    gpu_evaluate,
+)
+
+# Forgets the norm weight g: right only where g is all ones, which make_inputs never draws.
+WRONG = """
+import torch
+
+LANGUAGE = "torch"
+PARAMS = {}
+
+
+def kernel(x, g, w):
+    xf = x.float()
+    normed = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + 1e-6)
+    return (normed[:, None, :] * w.float()[None, :, :]).sum(-1).to(x.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("rmsnorm_linear")
+
+
+def test_reference_is_the_norm_then_the_product(task) -> None:
+    x = torch.tensor([[3.0, -4.0]], dtype=torch.float64)  # mean square 12.5
+    g = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    scale = (12.5 + task.module.EPS) ** -0.5
+    want = torch.tensor([[6.0 * scale, -2.0 * scale, 4.0 * scale]], dtype=torch.float64)
+    torch.testing.assert_close(task.reference(x, g, w), want)
+
+
+def test_inputs_give_outputs_of_order_one_and_the_eager_peer_agrees(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    x, g, w = task.module.make_inputs(shape.to_dict(), 3, "cpu")
+    assert x.shape == (shape.dims["m"], shape.dims["k"]) and g.shape == (shape.dims["k"],)
+    assert float(x.float().pow(2).mean()) > 2.0  # the norm has a scale to undo
+    want = task.reference(x.double(), g.double(), w.double())
+    assert 0.3 < float(want.std()) < 3.0
+    got = task.peers["eager"](x, g, w).double()
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+def test_gpu_shapes_are_the_projections_a_norm_feeds_at_decode(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {(s.dims["n"], s.dims["k"]) for s in shapes} >= {(6144, 4096), (28672, 4096)}
+    assert {s.dims["m"] for s in shapes} == {1, 4, 16}
+    one = next(s for s in shapes if s.name == "m1-n6144-k4096")
+    assert task.bytes_moved(one) == 2 * (4096 * (6144 + 1 + 1) + 6144)
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_rmsnorm_linear.py", {}),
+            ("torch_rmsnorm_linear.py", {"chunk_n": 16, "round_normed": False}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
+    assert_splitk_launches_compile(task, "cupy_rmsnorm_gemv.py")
+
+
+@pytest.mark.gpu
+def test_gpu_candidates_match_the_reference(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            ("cupy_rmsnorm_gemv.py", {}),
+            ("cupy_rmsnorm_gemv.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
+            ("torch_rmsnorm_linear.py", {}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+def test_the_fused_gemv_normalises_each_row_on_its_own(task) -> None:
+    """Rows of very different scales (and one of zeros, where only eps keeps it finite) in one
+    launch, a K that leaves lanes short, and more rows than a launch takes."""
+    module = candidate_module(task, "cupy_rmsnorm_gemv.py")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for m, n, k in [(3, 1000, 4104), (4, 64, 8), (9, 300, 4096)]:
+        x = torch.randn(m, k, generator=gen, device="cuda")
+        x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
+        x[1] = 0
+        x = x.bfloat16()
+        g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).bfloat16()
+        w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        got = module.kernel(x, g, w, per_lane=2, n_per_block=2, rows=4).double()
+        want = task.reference(x.double(), g.double(), w.double())
+        assert torch.isfinite(got).all() and float(got[1].abs().max()) == 0.0
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k}")
