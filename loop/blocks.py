@@ -584,10 +584,10 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
 
     def attention_in(x, cos, sin):
         qkv = ops.rmsnorm_linear(x, w["attn_norm"], w["wqkv"])
-        q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
-        q = ops.rope(q.reshape(-1, nq, d), cos, sin)
-        k = ops.rope(k.reshape(-1, nkv, d), cos, sin)
-        return q, k, v.reshape(-1, nkv, d)
+        # q's and k's heads rotated in one call (rope is per head): one kernel, not two.
+        qk = ops.rope(qkv[:, : (nq + nkv) * d].reshape(-1, nq + nkv, d), cos, sin)
+        q, k = qk.split([nq, nkv], dim=1)
+        return q, k, qkv[:, (nq + nkv) * d :].reshape(-1, nkv, d)
 
     def ffn(attn, x):
         h = ops.linear_residual(attn, w["wo"], x)

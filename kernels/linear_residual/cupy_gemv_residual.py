@@ -3,8 +3,8 @@ y = x W^T + r in one kernel, where model code runs a GEMV and then an add.
 
 The GEMV is skinny_gemm's split-K one (cupy_gemv_splitk.py): a block takes `n_per_block`
 outputs, a row of W shared by enough warps that each lane holds about `per_lane` 16-byte
-vectors, all loaded at once; the thread that writes an output adds the residual's element to
-the float32 sum before rounding to bfloat16. K must be a multiple of 8 with 16-byte aligned x
+vectors, all loaded at once; the thread that writes an output loads the residual's element
+before the weights arrive and adds it to the float32 sum before rounding to bfloat16. K must be a multiple of 8 with 16-byte aligned x
 and w.
 
 Launched on torch's current stream, so it is captured in CUDA graphs.
@@ -76,6 +76,13 @@ extern "C" __global__ void __launch_bounds__(32 * KW * NPB) gemv_residual_bf16(
     float acc[ROWS];
     #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+    // The thread that will write an output fetches its residual first, so that the load's
+    // latency passes with the weight stream's instead of after it.
+    const int out_n = threadIdx.x / ROWS, out_r = threadIdx.x % ROWS;
+    const long long res_n = (long long)blockIdx.x * NPB + out_n;
+    const bool writes = threadIdx.x < NPB * ROWS && res_n < N && m0 + out_r < M;
+    const float residual = writes
+        ? __uint_as_float((unsigned)res[(m0 + out_r) * N + res_n] << 16) : 0.f;
     if (n < N) {
         const uint4* wr = w + n * k8 + i0;
         uint4 wv[VPL];
@@ -108,16 +115,11 @@ extern "C" __global__ void __launch_bounds__(32 * KW * NPB) gemv_residual_bf16(
         for (int r = 0; r < ROWS; ++r) part[local_n][kpart][r] = acc[r];
     }
     __syncthreads();
-    if (threadIdx.x < NPB * ROWS) {
-        const int ln = threadIdx.x / ROWS, r = threadIdx.x % ROWS;
-        const long long nn = (long long)blockIdx.x * NPB + ln;
-        if (nn < N && m0 + r < M) {
-            float s = 0.f;
-            #pragma unroll
-            for (int kp = 0; kp < KW; ++kp) s += part[ln][kp][r];
-            s += __uint_as_float((unsigned)res[(m0 + r) * N + nn] << 16);
-            y[(m0 + r) * N + nn] = f2bf(s);
-        }
+    if (writes) {
+        float s = residual;
+        #pragma unroll
+        for (int kp = 0; kp < KW; ++kp) s += part[out_n][kp][out_r];
+        y[(m0 + out_r) * N + res_n] = f2bf(s);
     }
 }
 """

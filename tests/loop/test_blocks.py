@@ -86,7 +86,7 @@ def _entries(cfg, mode: str, fused: bool = True) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
     if cfg.kind == "llama":
-        heads = [cfg.heads, cfg.kv_heads]
+        heads = [cfg.heads + cfg.kv_heads]  # q's and k's heads in one call
         head_dim = cfg.head_dim
         gemms = [
             ((cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, cfg.hidden),
