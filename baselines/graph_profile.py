@@ -3,7 +3,9 @@ it, from the profiler's device timeline over several replays.
 
 A decode step is a chain of a dozen kernels, and a chain's time is more than the sum of its
 kernels: each one waits for the one before to drain, then ramps up. `kernel_timeline` says how
-much of a replay is kernels and how much is the gaps between them, kernel by kernel.
+much of a replay is kernels and how much is the gaps between them, kernel by kernel. Every
+device activity counts as a kernel (a memset or copy node too), and the graph is taken to run on
+one stream: kernels that overlap would show negative gaps.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ Two block kinds, one forward function each for a decode step and for a prefill:
 Llama's block calls two fused ops: the input norms folded into the projections after them
 (`rmsnorm_linear`: the qkv and gate+up projections) and the residual adds into the projections
 before them (`linear_residual`: the output and down projections). Where no tuned kernel does one
-in one, it is the composition of the unfused ops, so the block's math is the same either way.
+in one, it is the composition of the unfused ops, and where neither the output projection's add
+nor the MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same
+either way.
 
 The ops a block calls live in an `Ops` of plain callables, built three ways: `eager_ops()`
 (plain torch, the tasks' reference math in the block's dtype) and `tuned_ops(dispatch_dir)` (per
@@ -202,6 +204,9 @@ class Ops:
     # one, they are those compositions of the ops above.
     rmsnorm_linear: Callable | None = None  # (x (M, K), g (K,), w (N, K)) -> (M, N)
     linear_residual: Callable | None = None  # (x (M, K), w (N, K), r (M, N)) -> (M, N)
+    # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
+    # torch.compile); the eager ops run none.
+    is_kernel: Callable[..., bool] = lambda op, *args: False
     label: str = "eager"
     notes: list[str] = field(default_factory=list)
 
@@ -495,14 +500,21 @@ def _tuned_op(
                 resolved[key] = (traced.index(fn), None)
         return resolved[key]
 
+    def key_of(args: tuple) -> tuple:
+        return tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items()))
+
     def run(*args):
-        key = tuple(sorted({**dims_of(*args), "dtype": _dt(args[0])}.items()))
-        traced_index, kernel_index = index_of(this_op, key)
+        traced_index, kernel_index = index_of(this_op, key_of(args))
         if kernel_index is None:
             return traced[traced_index](*args)
         outs = _tuned_kernel(list(args), kernel_index)
         return tuple(outs) if len(outs) > 1 else outs[0]
 
+    def is_kernel(*args) -> bool:
+        """Whether a call with these arguments runs a tuned kernel."""
+        return index_of(this_op, key_of(args))[1] is not None
+
+    run.is_kernel = is_kernel
     return run
 
 
@@ -544,6 +556,8 @@ def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu
         ops.notes.append(f"no dispatch directory at {folder}: tuned ops are the eager ops")
         return ops
     found = 0
+    kernel_checks: dict[str, Callable[..., bool]] = {}
+    ops.is_kernel = lambda op, *args: op in kernel_checks and kernel_checks[op](*args)
     for op, (task_name, _) in _DIMS.items():
         if op in FUSED:
             setattr(ops, op, _composed(ops, op))  # of the tuned ops set so far
@@ -557,6 +571,7 @@ def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu
         except (LookupError, TaskError, ValueError, OSError) as exc:
             ops.notes.append(f"{table}: unusable ({exc}), {op} stays eager")
             continue
+        kernel_checks[op] = tuned.is_kernel
         if op == "attention_prefill":
             tuned = _gqa_prefill(tuned)
         setattr(ops, op, tuned)
@@ -590,8 +605,15 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         return q, k, qkv[:, (nq + nkv) * d :].reshape(-1, nkv, d)
 
     def ffn(attn, x):
-        h = ops.linear_residual(attn, w["wo"], x)
-        gate_up = ops.rmsnorm_linear(h, w["ffn_norm"], w["w_gate_up"])
+        wo, norm, w_gate_up = w["wo"], w["ffn_norm"], w["w_gate_up"]
+        if ops.is_kernel("linear_residual", attn, wo, x) or ops.is_kernel(
+            "rmsnorm_linear", x, norm, w_gate_up
+        ):
+            h = ops.linear_residual(attn, wo, x)
+            gate_up = ops.rmsnorm_linear(h, norm, w_gate_up)
+        else:  # neither is fused here: the residual add and the norm in one op
+            y, h = ops.add_rmsnorm(ops.linear(attn, wo), x, norm)
+            gate_up = ops.linear(y, w_gate_up)
         return ops.linear_residual(ops.swiglu(gate_up), w["w_down"], h)
 
     def decode(x, k_cache, v_cache, cos, sin):

@@ -152,7 +152,11 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     if args.profile and mode == "decode":
         row["timeline"] = {}
         for v in PROFILED:
-            timeline = _timeline(timer, getattr(blocks[v], mode), inputs)
+            try:
+                timeline = _timeline(timer, getattr(blocks[v], mode), inputs)
+            except Exception as exc:  # no profiler, or a trace it cannot cut: keep the timings
+                row["timeline"][v] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
             row["timeline"][v] = timeline.to_dict()
             print(f"{cfg.kind} {mode} b{batch} L{length} {v}:\n{format_timeline(timeline)}")
     del keep, runners, inputs

@@ -371,7 +371,9 @@ E2E_SHAPES = {
     "swiglu": [
         f"{m}x{f}" for f in (14336, 18432) for m in ("decode-1", "decode-16", "prefill-4096")
     ],
-    "rope": [f"{m}x{h}x128" for h in (32, 8) for m in ("decode-1", "decode-16", "prefill-4096")],
+    "rope": [
+        f"{m}x{h}x128" for h in (32, 8, 40) for m in ("decode-1", "decode-16", "prefill-4096")
+    ],
 }
 E2E_SHAPES["add_rmsnorm"] = E2E_SHAPES["rmsnorm"]
 

@@ -300,9 +300,14 @@ MIN_ARRIVAL_ROWS = 16384
 
 def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
     held = _ARRIVALS.setdefault(device.index, [])
-    if not held or held[-1].numel() < n_rows:
-        rows = max(n_rows, MIN_ARRIVAL_ROWS, 2 * held[-1].numel() if held else 0)
-        held.append(torch.zeros(rows, dtype=torch.int32, device=device))
+    if held and held[-1].numel() >= n_rows:
+        return held[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n_rows, dtype=torch.int32, device=device)
+    rows = max(n_rows, MIN_ARRIVAL_ROWS, 2 * held[-1].numel() if held else 0)
+    held.append(torch.zeros(rows, dtype=torch.int32, device=device))
     return held[-1]
 
 

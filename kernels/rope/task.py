@@ -4,7 +4,8 @@ cos and sin taken at each token's position and shared by all heads.
 
 Inputs `(x, cos, sin)`: x of shape (tokens, heads, head_dim) in the shape's dtype; cos and sin of
 shape (tokens, head_dim // 2), float32, the rows of a cos/sin cache gathered at the tokens'
-positions (Llama 3's theta = 500000). Output like x. heads 32 (Llama 3 8B's q) and 8 (its k).
+positions (Llama 3's theta = 500000). Output like x. heads 32 (Llama 3 8B's q), 8 (its k) and
+40 (both in one call, as the decoder block of loop/blocks.py makes it).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _shapes(
 
 
 SHAPES = {
-    "cuda": _shapes(_TOKENS_GPU, [32, 8], [128], "bfloat16"),
+    "cuda": _shapes(_TOKENS_GPU, [32, 8, 40], [128], "bfloat16"),
     "cpu": _shapes(_TOKENS_CPU, [4], [64], "float32")
     + _shapes({"prefill": [5]}, [3], [96], "float32"),
 }

@@ -168,6 +168,20 @@ def test_the_global_exchange_leaves_its_counts_at_zero_for_the_next_call(task) -
     torch.cuda.synchronize()
     for counts in module._ARRIVALS[torch.cuda.current_device()]:
         assert int(counts.abs().sum()) == 0
+    # More rows than any kept buffer, first seen while capturing: the graph zeroes its own
+    # counts, and the kept buffers are not replaced by one that only a replay zeroes.
+    kept = list(module._ARRIVALS[torch.cuda.current_device()])
+    rows = 2 * kept[-1].numel()
+    x = torch.randn(rows, 8192, generator=gen, device="cuda").bfloat16()  # 2 blocks a row
+    t = torch.randint(8192, (rows,), generator=gen, device="cuda")
+    assert module.plan(1024, 256, 8, "global").blocks == 2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = module.kernel(x, t, 256, 8, "global")
+    assert module._ARRIVALS[torch.cuda.current_device()] == kept
+    for _ in range(2):
+        graph.replay()
+        torch.testing.assert_close(out.double(), want(x, t), atol=1e-3, rtol=1e-4)
 
 
 def test_the_arrival_counts_grow_and_keep_what_a_graph_may_hold(task) -> None:

@@ -81,7 +81,8 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
 
 # Every op's task, with dims of the tiny configs and params of the shipped torch candidate; for
 # Llama, the fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm,
-# add_rmsnorm and skinny_gemm ones they make unused (`fused`), or without them.
+# add_rmsnorm and skinny_gemm ones they make unused (`fused`), or without them (then the MLP's
+# add and norm run as add_rmsnorm).
 def _entries(cfg, mode: str, fused: bool = True) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
@@ -117,10 +118,8 @@ def _entries(cfg, mode: str, fused: bool = True) -> dict[str, list[dict]]:
         "swiglu": [({"tokens": rows, "ffn": cfg.ffn, **dt}, {"compute": "input"})],
         "skinny_gemm": [({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in gemms],
     }
-    if cfg.kind == "llama":
-        del out["add_rmsnorm"]
     if cfg.kind == "llama" and fused:
-        del out["rmsnorm"], out["skinny_gemm"]
+        del out["rmsnorm"], out["skinny_gemm"], out["add_rmsnorm"]
         qkv, o = gemms[0], gemms[1]
         out["rmsnorm_linear"] = [
             ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16})
@@ -237,6 +236,25 @@ def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
     # as many opaque calls as the eager tuned block makes to candidates (every op but swiglu)
     assert sum("tuned_kernel" in t for t in targets) == len(calls) >= len(entries) - 1
     assert "silu" in " ".join(targets), "the peer-won swiglu was not traced"
+
+
+def test_with_one_of_the_mlp_fusions_the_other_composes_and_add_rmsnorm_is_not_used(
+    tmp_path: Path,
+) -> None:
+    """The output projection's add fused, the MLP's norm not: the norm runs on its own (tuned)
+    and the add_rmsnorm table goes unused; without either, add_rmsnorm does both."""
+    fused, unfused = _entries(LLAMA, "decode"), _entries(LLAMA, "decode", fused=False)
+    tables = {**unfused, "linear_residual": fused["linear_residual"]}
+    _write_tables(tmp_path, tables)
+    ops = tuned_ops(tmp_path, "cpu")
+    tuned = _run(LLAMA, ops, "decode")
+    eager = _run(LLAMA, eager_ops(), "decode")
+    for t, e in zip(tuned, eager, strict=True):
+        assert _rel(t, e) < 1e-5
+    used = "\n".join(ops.notes)
+    assert "torch_linear_residual.py" in used and "torch_rmsnorm.py" in used, used
+    assert "add_rmsnorm" not in used, used
+    assert not eager_ops().is_kernel("linear_residual", *tuned[:1])
 
 
 def test_peer_entry_falls_back_to_eager(tmp_path: Path) -> None:
