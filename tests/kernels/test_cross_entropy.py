@@ -93,7 +93,9 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
         WRONG,
         tmp_path,
     )
-    assert_shipped_accepted(ev)
+    # A one-row shape's only row is a well-predicted one, whose loss can be small enough that
+    # float32 rounding passes 1e-5 of it on some seeds (CI, 89656e6): the task's own bound.
+    assert_shipped_accepted(ev, tolerance=task.module.TOLERANCE["float32"])
     assert_wrong_rejected(ev)
 
 
