@@ -267,6 +267,21 @@ PLANS = [
             ),
         ]
     ),
+    # Their Triton candidates (not yet run on a GPU), swept at one token.
+    *(
+        Plan(
+            task,
+            candidate,
+            shapes,
+            _grid({"block_n": [8, 16, 32], "block_k": [256, 512, 1024], "num_warps": [4, 8]}),
+            tag="triton",
+            peers=["eager", "torch.compile"],
+        )
+        for task, candidate, shapes in [
+            ("rmsnorm_linear", "triton_rmsnorm_gemv.py", ["m1-n6144-k4096", "m1-n28672-k4096"]),
+            ("linear_residual", "triton_gemv_residual.py", ["m1-n4096-k4096", "m1-n4096-k14336"]),
+        ]
+    ),
     # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),
     # swept at each weight: the best tile and split differ with N and K.
     *(
