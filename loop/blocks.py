@@ -258,16 +258,12 @@ def _mla_decode(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
     return torch.einsum("bht,btc->bhc", probs, ckv)
 
 
-def _composed(ops: Ops, op: str) -> Callable:
-    """A fused op as the composition of `ops`' own unfused ones (tuned or eager)."""
-    if op == "rmsnorm_linear":
-        return lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w)
-    if op == "linear_residual":
-        return lambda x, w, r: ops.linear(x, w) + r
-    raise KeyError(op)
-
-
-FUSED = ("rmsnorm_linear", "linear_residual")
+# Each fused op as the composition of an Ops' own unfused ones (tuned or eager).
+_COMPOSED: dict[str, Callable[[Ops], Callable]] = {
+    "rmsnorm_linear": lambda ops: lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w),
+    "linear_residual": lambda ops: lambda x, w, r: ops.linear(x, w) + r,
+}
+FUSED = tuple(_COMPOSED)
 
 
 def eager_ops() -> Ops:
@@ -282,7 +278,7 @@ def eager_ops() -> Ops:
         linear=F.linear,
     )
     for op in FUSED:
-        setattr(ops, op, _composed(ops, op))
+        setattr(ops, op, _COMPOSED[op](ops))
     return ops
 
 
@@ -560,7 +556,7 @@ def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu
     ops.is_kernel = lambda op, *args: op in kernel_checks and kernel_checks[op](*args)
     for op, (task_name, _) in _DIMS.items():
         if op in FUSED:
-            setattr(ops, op, _composed(ops, op))  # of the tuned ops set so far
+            setattr(ops, op, _COMPOSED[op](ops))  # of the tuned ops set so far
         table = folder / f"dispatch-{task_name}.json"
         if not table.is_file():
             continue

@@ -100,6 +100,8 @@ PIPELINED_152K_GRID = _grid(
 # The skinny GEMM's peers: no torch.compile, whose matmul is an extern cuBLAS call, and
 # compiling every shape outran 150 s on the H200.
 GEMV_PEERS = ["cublas", "eager"]
+# The fused decode GEMVs' peers: the eager pair of ops, and torch.compile of it.
+FUSED_PEERS = ["eager", "torch.compile"]
 SPLITK_GRID = _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]})
 # All but k_warps 16 with n_tiles 4, which the kernel refuses (its partial tiles' shared memory).
 MMA_GRID = [
@@ -239,32 +241,12 @@ PLANS = [
     # projections a decoder block calls them at, each swept at one token; at 16 rows the peers
     # (cuBLAS and a separate norm or add) are expected to keep the shape.
     *(
-        Plan(task, candidate, shapes, SPLITK_GRID, tag=tag, peers=["eager", "torch.compile"])
-        for task, candidate, tag, shapes in [
-            (
-                "rmsnorm_linear",
-                "cupy_rmsnorm_gemv.py",
-                "qkv",
-                ["m1-n6144-k4096", "m16-n6144-k4096"],
-            ),
-            (
-                "rmsnorm_linear",
-                "cupy_rmsnorm_gemv.py",
-                "gateup",
-                ["m1-n28672-k4096", "m16-n28672-k4096"],
-            ),
-            (
-                "linear_residual",
-                "cupy_gemv_residual.py",
-                "o",
-                ["m1-n4096-k4096", "m16-n4096-k4096"],
-            ),
-            (
-                "linear_residual",
-                "cupy_gemv_residual.py",
-                "down",
-                ["m1-n4096-k14336", "m16-n4096-k14336"],
-            ),
+        Plan(task, candidate, [f"m1-{nk}", f"m16-{nk}"], SPLITK_GRID, tag=tag, peers=FUSED_PEERS)
+        for task, candidate, tag, nk in [
+            ("rmsnorm_linear", "cupy_rmsnorm_gemv.py", "qkv", "n6144-k4096"),
+            ("rmsnorm_linear", "cupy_rmsnorm_gemv.py", "gateup", "n28672-k4096"),
+            ("linear_residual", "cupy_gemv_residual.py", "o", "n4096-k4096"),
+            ("linear_residual", "cupy_gemv_residual.py", "down", "n4096-k14336"),
         ]
     ),
     # Their Triton candidates (not yet run on a GPU), swept at one token.
@@ -275,7 +257,7 @@ PLANS = [
             shapes,
             _grid({"block_n": [8, 16, 32], "block_k": [256, 512, 1024], "num_warps": [4, 8]}),
             tag="triton",
-            peers=["eager", "torch.compile"],
+            peers=FUSED_PEERS,
         )
         for task, candidate, shapes in [
             ("rmsnorm_linear", "triton_rmsnorm_gemv.py", ["m1-n6144-k4096", "m1-n28672-k4096"]),
@@ -285,14 +267,7 @@ PLANS = [
     # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),
     # swept at each weight: the best tile and split differ with N and K.
     *(
-        Plan(
-            "skinny_gemm",
-            "cupy_gemv_mma.py",
-            shapes,
-            MMA_GRID,
-            tag=tag,
-            peers=GEMV_PEERS,
-        )
+        Plan("skinny_gemm", "cupy_gemv_mma.py", shapes, MMA_GRID, tag=tag, peers=GEMV_PEERS)
         for tag, shapes in [
             ("mma", ["m16-n4096-k4096", "m4-n7168-k7168", "m4-n4096-k14336"]),
             ("mma6144", ["m16-n6144-k4096"]),

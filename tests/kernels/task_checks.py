@@ -13,6 +13,7 @@ import torch
 
 from loop.evaluator import CandidateSpec, Evaluation, evaluate
 from loop.tasks import Task
+from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
 from tests.source_files import import_file
 
 
@@ -43,6 +44,20 @@ def assert_wrong_rejected(ev: Evaluation, code: str = "mismatch") -> None:
     verdict = ev.by_label("wrong")
     assert not verdict.accepted
     assert code in {r.code for r in verdict.reasons}, verdict.reasons
+
+
+def assert_interpreted_and_mutant_caught(
+    task: Task, candidate: str, params: dict, bug: tuple[str, str], folder: Path
+) -> None:
+    """The shipped Triton `candidate` passes on the CPU under the interpreter, and a copy with
+    `bug` (old text, new text) is rejected as a mismatch."""
+    source = task.folder / candidate
+    buggy = mutated(source, *bug, folder / "bug.py")
+    ev = evaluate_on_cpu(task, {"shipped": (source, params), "bug": (buggy, params)})
+    verdict = ev.by_label("shipped")
+    assert verdict.accepted, verdict.reasons
+    assert max(s.rel_err for s in verdict.shapes.values()) < 1e-5
+    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
 
 
 def gpu_evaluate(task: Task, shipped: list[tuple[str, dict]]) -> Evaluation:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from loop.tasks import load_task
-from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
 from tests.kernels.task_checks import (
+    assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
     assert_wrong_rejected,
@@ -80,19 +80,12 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
 
 
 def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path) -> None:
-    source = task.folder / "triton_rmsnorm_gemv.py"
     params = {"block_n": 8, "block_k": 32, "num_warps": 2}  # K of 72: three slices, the last short
-    bug = mutated(
-        source,
+    bug = (  # forgets the norm weight g
         "acc += tl.sum(w * (x * g)[None, :], axis=1)",
         "acc += tl.sum(w * x[None, :], axis=1)",
-        tmp_path / "bug.py",
-    )  # forgets the norm weight g
-    ev = evaluate_on_cpu(task, {"triton": (source, params), "bug": (bug, params)})
-    verdict = ev.by_label("triton")
-    assert verdict.accepted, verdict.reasons
-    assert max(s.rel_err for s in verdict.shapes.values()) < 1e-5
-    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+    )
+    assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemv.py", params, bug, tmp_path)
 
 
 def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
