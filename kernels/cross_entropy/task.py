@@ -49,15 +49,18 @@ LOGIT_SCALE = 3.0
 
 
 def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits with a spread of a few units, targets uniform over the vocabulary and one row in
-    eight ignored (never all of them); drawn on `device`."""
+    """Logits with a spread of a few units, targets uniform over the vocabulary, the odd rows
+    well predicted and one row in eight ignored (never all of them); drawn on `device`.
+
+    Row 0 is never well predicted: a one-row shape's loss is then a few units, not the near-zero
+    difference of two logsumexp-sized numbers, whose float32 rounding alone can pass the
+    relative tolerance (2.5e-5 on one seed in CI, f54db1f)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     rows, vocab = shape["rows"], shape["vocab"]
     logits = torch.randn(rows, vocab, generator=gen, device=device).mul_(LOGIT_SCALE)
     targets = torch.randint(0, vocab, (rows,), generator=gen, device=device)
-    logits[torch.arange(0, rows, 2, device=device), targets[::2]] += 6.0  # well predicted rows
-    if rows > 1:
-        targets[1::8] = IGNORE_INDEX
+    logits[torch.arange(1, rows, 2, device=device), targets[1::2]] += 6.0
+    targets[2::8] = IGNORE_INDEX
     return logits.to(getattr(torch, shape["dtype"])), targets
 
 

@@ -93,9 +93,7 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
         WRONG,
         tmp_path,
     )
-    # A one-row shape's only row is a well-predicted one, whose loss can be small enough that
-    # float32 rounding passes 1e-5 of it on some seeds (CI, 89656e6): the task's own bound.
-    assert_shipped_accepted(ev, tolerance=task.module.TOLERANCE["float32"])
+    assert_shipped_accepted(ev)
     assert_wrong_rejected(ev)
 
 
@@ -234,3 +232,12 @@ def test_a_global_exchange_over_32_blocks_does_not_compile(task) -> None:
 
 def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
     assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")
+
+
+def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
+    """A near-zero loss is the difference of two logsumexp-sized numbers, and float32 rounding
+    alone can then pass the relative tolerance (CI, f54db1f): row 0 is never well predicted."""
+    shape = next(s for s in task.shapes("cpu") if s.dims["rows"] == 1)
+    for seed in range(50):
+        loss = task.reference(*task.make_inputs(shape, seed, "cpu"))
+        assert float(loss[0]) > 0.3, seed
