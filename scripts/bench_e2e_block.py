@@ -76,6 +76,17 @@ def _let_compile_specialise() -> None:
             setattr(dynamo, name, max(getattr(dynamo, name), 64))
 
 
+def _enable_inductor_pdl() -> bool:
+    """Have inductor launch its Triton kernels with programmatic dependent launch (each waits for
+    the kernel before it where it reads what that kernel wrote); False where it cannot."""
+    import torch._inductor.config as inductor
+
+    if not hasattr(inductor.triton, "enable_pdl"):
+        return False
+    inductor.triton.enable_pdl = True
+    return True
+
+
 def _errors(cfg, weights, blocks: dict, mode: str, inputs: tuple) -> dict:
     """Each variant's largest relative error over the outputs, against the block in float32."""
     w32 = {k: v.float() for k, v in weights.items()}
@@ -209,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"at decode sizes, also each kernel's time and the gaps ({', '.join(PROFILED)})",
     )
+    parser.add_argument(
+        "--inductor-pdl",
+        action="store_true",
+        help="torch.compile's own kernels, in both compiled variants, launched with "
+        "programmatic dependent launch (torch._inductor.config.triton.enable_pdl)",
+    )
     args = parser.parse_args(argv)
 
     if not torch.cuda.is_available():
@@ -229,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--sizes: expected mode:batch:length,..., got {args.sizes!r}", file=sys.stderr)
             return 2
 
+    if args.inductor_pdl and not _enable_inductor_pdl():
+        print(
+            f"--inductor-pdl: torch {torch.__version__}'s inductor has no enable_pdl",
+            file=sys.stderr,
+        )
+        return 2
     _let_compile_specialise()
     torch.manual_seed(0)
     timer = GpuTimer("cuda")
@@ -244,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "dispatch_dir": str(args.dispatch_dir),
+        "inductor_pdl": args.inductor_pdl,
         "copy_bytes_per_s": bw["copy"],
         "read_bytes_per_s": bw["read"],
         "decode_target_pct_of_copy": 90.0,

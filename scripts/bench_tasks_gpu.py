@@ -103,6 +103,7 @@ GEMV_PEERS = ["cublas", "eager"]
 # The fused decode GEMVs' peers: the eager pair of ops, and torch.compile of it.
 FUSED_PEERS = ["eager", "torch.compile"]
 SPLITK_GRID = _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]})
+TRITON_GEMV_GRID = _grid({"per_lane": [1, 2, 4], "block_n": [1, 2]})
 # All but k_warps 16 with n_tiles 4, which the kernel refuses (its partial tiles' shared memory).
 MMA_GRID = [
     c
@@ -238,31 +239,45 @@ PLANS = [
         peers=GEMV_PEERS,
     ),
     # The fused decode GEMVs (a norm folded in before, a residual add after) at the Llama-3-8B
-    # projections a decoder block calls them at, each swept at one token; at 16 rows the peers
-    # (cuBLAS and a separate norm or add) are expected to keep the shape.
+    # projections a decoder block calls them at. The CUDA ones swept at one token and 16 rows
+    # (where the peers, cuBLAS and a separate norm or add, are expected to keep the shape); the
+    # Triton ones (row-resident, with programmatic dependent launch) at one token.
     *(
-        Plan(task, candidate, [f"m1-{nk}", f"m16-{nk}"], SPLITK_GRID, tag=tag, peers=FUSED_PEERS)
-        for task, candidate, tag, nk in [
-            ("rmsnorm_linear", "cupy_rmsnorm_gemv.py", "qkv", "n6144-k4096"),
-            ("rmsnorm_linear", "cupy_rmsnorm_gemv.py", "gateup", "n28672-k4096"),
-            ("linear_residual", "cupy_gemv_residual.py", "o", "n4096-k4096"),
-            ("linear_residual", "cupy_gemv_residual.py", "down", "n4096-k14336"),
+        plan
+        for task, cupy, triton, tag, nk in [
+            (
+                "rmsnorm_linear",
+                "cupy_rmsnorm_gemv.py",
+                "triton_rmsnorm_gemv.py",
+                "qkv",
+                "n6144-k4096",
+            ),
+            (
+                "rmsnorm_linear",
+                "cupy_rmsnorm_gemv.py",
+                "triton_rmsnorm_gemv.py",
+                "gateup",
+                "n28672-k4096",
+            ),
+            (
+                "linear_residual",
+                "cupy_gemv_residual.py",
+                "triton_gemv_residual.py",
+                "o",
+                "n4096-k4096",
+            ),
+            (
+                "linear_residual",
+                "cupy_gemv_residual.py",
+                "triton_gemv_residual.py",
+                "down",
+                "n4096-k14336",
+            ),
         ]
-    ),
-    # Their Triton candidates (not yet run on a GPU), swept at one token.
-    *(
-        Plan(
-            task,
-            candidate,
-            shapes,
-            _grid({"block_n": [8, 16, 32], "block_k": [256, 512, 1024], "num_warps": [4, 8]}),
-            tag="triton",
-            peers=FUSED_PEERS,
+        for plan in (
+            Plan(task, cupy, [f"m1-{nk}", f"m16-{nk}"], SPLITK_GRID, tag=tag, peers=FUSED_PEERS),
+            Plan(task, triton, [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
         )
-        for task, candidate, shapes in [
-            ("rmsnorm_linear", "triton_rmsnorm_gemv.py", ["m1-n6144-k4096", "m1-n28672-k4096"]),
-            ("linear_residual", "triton_gemv_residual.py", ["m1-n4096-k4096", "m1-n4096-k14336"]),
-        ]
     ),
     # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),
     # swept at each weight: the best tile and split differ with N and K.

@@ -2,8 +2,13 @@
 program reads one KV head's split once and serves all the query heads of its group (rows of one
 tl.dot, padded to 16), keeping an online softmax; a second kernel merges the splits by their
 log-sum-exp. `split_tokens` 0 (the default) splits at AUTO_SPLIT_TOKENS where that gives every
-SM a program, else into enough splits to give every SM `programs_per_sm` programs."""
+SM a program, else into enough splits to give every SM `programs_per_sm` programs.
 
+On Hopper and later both kernels are launched with programmatic dependent launch: each lets the
+kernel after it launch at once and waits (`gdc_wait`) for the kernel before it before it reads
+anything, so a launch's latency passes while the kernel before it drains."""
+
+import functools
 import math
 
 import torch
@@ -33,8 +38,11 @@ def _split_kernel(
     q_ptr, k_ptr, v_ptr, po_ptr, plse_ptr, kv_len, tokens_per_split, n_splits, scale_log2,
     stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
-    BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr,
+    BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = pid_bh // HKV
@@ -81,7 +89,12 @@ def _split_kernel(
 
 
 @triton.jit
-def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr):
+def _merge_kernel(
+    po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
+):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     head = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, D)
     lse_base = plse_ptr + head * n_splits
@@ -100,6 +113,12 @@ def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S:
         acc += tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
         den += w
     tl.store(out_ptr + head * D + d, (acc / tl.sum(den, axis=0)).to(out_ptr.dtype.element_ty))
+
+
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: CUDA devices of compute capability 9 and later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _sm_count(device: torch.device) -> int:
@@ -144,15 +163,20 @@ def kernel(
     n_splits = triton.cdiv(kv_len, split_tokens)
     part_o = torch.empty((b * hq * n_splits, d), device=q.device, dtype=torch.float32)
     part_lse = torch.empty((b * hq * n_splits,), device=q.device, dtype=torch.float32)
+    pdl = _pdl(q.device)
     _split_kernel[(b * hkv, n_splits)](
         q, k_cache, v_cache, part_o, part_lse, kv_len, split_tokens, n_splits,
         LOG2E / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
-        BLOCK_N=block_n, USE_DOT=use_dot, num_warps=num_warps, num_stages=num_stages,
+        BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, num_warps=num_warps, num_stages=num_stages,
+        launch_pdl=pdl,
     )  # fmt: skip
     out = torch.empty((b, hq, d), device=q.device, dtype=q.dtype)
     block_s = min(64, triton.next_power_of_2(n_splits))
-    _merge_kernel[(b * hq,)](part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, num_warps=4)
+    _merge_kernel[(b * hq,)](
+        part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, PDL=pdl, num_warps=4,
+        launch_pdl=pdl,
+    )  # fmt: skip
     return out

@@ -7,7 +7,8 @@ vectors, all loaded at once; the thread that writes an output loads the residual
 before the weights arrive and adds it to the float32 sum before rounding to bfloat16. K must be a multiple of 8 with 16-byte aligned x
 and w.
 
-Launched on torch's current stream, so it is captured in CUDA graphs.
+Launched on torch's current stream, so it is captured in CUDA graphs. On Hopper it lets the next
+kernel launch at once, where that one is launched with programmatic dependent launch.
 """
 
 import functools
@@ -64,6 +65,11 @@ extern "C" __global__ void __launch_bounds__(32 * KW * NPB) gemv_residual_bf16(
     const unsigned short* __restrict__ res, unsigned short* __restrict__ y, long long M,
     long long N, long long k8_, long long m0)
 {
+#if __CUDA_ARCH__ >= 900
+    // A kernel launched after this one with programmatic dependent launch may start now: its
+    // own griddepcontrol.wait still orders its reads after this kernel's writes.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     __shared__ float part[NPB][KW][ROWS];
     const int k8 = (int)k8_;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

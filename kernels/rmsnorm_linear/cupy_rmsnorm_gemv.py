@@ -8,7 +8,8 @@ it also sums x^2 from the same values and scales at the end:
 y_n = rsqrt(mean(x^2) + eps) * sum_k (x_k g_k) W_nk. Float32 throughout (the normed x is not
 rounded to bfloat16), bfloat16 out. K must be a multiple of 8 with 16-byte aligned tensors.
 
-Launched on torch's current stream, so it is captured in CUDA graphs.
+Launched on torch's current stream, so it is captured in CUDA graphs. On Hopper it lets the next
+kernel launch at once, where that one is launched with programmatic dependent launch.
 """
 
 import functools
@@ -68,6 +69,11 @@ extern "C" __global__ void __launch_bounds__(32 * KW * NPB) rmsnorm_gemv_bf16(
     unsigned short* __restrict__ y, long long M, long long N, long long k8_, long long m0,
     float eps)
 {
+#if __CUDA_ARCH__ >= 900
+    // A kernel launched after this one with programmatic dependent launch may start now: its
+    // own griddepcontrol.wait still orders its reads after this kernel's writes.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     __shared__ float part[NPB][KW][ROWS];
     __shared__ float part_sq[NPB][KW][ROWS];
     const int k8 = (int)k8_;

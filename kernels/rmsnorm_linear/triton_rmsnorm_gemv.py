@@ -1,7 +1,18 @@
-"""RMSNorm folded into a GEMV in Triton: a program takes one row of x and `block_n` outputs,
-streams their rows of W in `block_k` slices, and sums x^2 from the same slices of x, so the norm
-costs no pass of its own: y = rsqrt(mean(x^2) + eps) * sum_k (x_k g_k) W_nk, in float32.
-Meant for decode (a few rows): every row of x reads W again."""
+"""RMSNorm folded into a GEMV, in Triton, for decode (a few rows of x):
+y = rsqrt(mean(x^2) + eps) * sum_k (x_k g_k) W_nk, in float32. The norm costs no pass of its
+own: the sum of squares comes from the same row of x the dot reads.
+
+A program holds `block_n` whole rows of W in registers (K padded to a power of two, the padding
+masked off), all loaded at once as the CUDA split-K GEMV does, with as many warps as give each
+lane about `per_lane` 16-byte vectors; then it normalises and dots each of up to `rows` rows of x.
+
+On Hopper and later the kernel is launched with programmatic dependent launch. Its W and g
+loads, which nothing earlier in the stream writes, are issued before `gdc_wait`, so they stream
+while the kernel before it drains; x is read, and y written, only after the wait. It lets the
+kernel after it launch at once (`gdc_launch_dependents`) for the same reason.
+"""
+
+import functools
 
 import torch
 import triton
@@ -9,46 +20,64 @@ import triton.language as tl
 
 LANGUAGE = "triton"
 PARAMS = {
-    "block_n": [8, 16, 32, 64],
-    "block_k": [32, 64, 128, 256, 512, 1024],
-    "num_warps": [2, 4, 8],
+    "per_lane": [1, 2, 4, 8],
+    "block_n": [1, 2, 4],
+    "rows": [1, 2, 4],
 }
 EPS = 1e-6
+MAX_WARPS = 32
 
 
 @triton.jit
 def _rmsnorm_gemv(
-    x_ptr, g_ptr, w_ptr, y_ptr, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+    x_ptr, g_ptr, w_ptr, y_ptr, M, N, eps,
+    K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m0 = tl.program_id(1) * ROWS
+    rk = tl.arange(0, K_PAD)
     n_ok = rn < N
-    rk = tl.arange(0, BLOCK_K)
-    w_rows = w_ptr + rn[:, None].to(tl.int64) * K
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k = k0 + rk
-        k_ok = k < K
-        x = tl.load(x_ptr + row * K + k, mask=k_ok, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-        w = tl.load(
-            w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
-            eviction_policy="evict_first",
-        ).to(tl.float32)  # fmt: skip
-        squares += x * x
-        acc += tl.sum(w * (x * g)[None, :], axis=1)
-    scale = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
-    tl.store(y_ptr + row * N + rn, (acc * scale).to(y_ptr.dtype.element_ty), mask=n_ok)
+    k_ok = rk < K
+    w = tl.load(
+        w_ptr + rn[:, None].to(tl.int64) * K + rk[None, :],
+        mask=n_ok[:, None] & k_ok[None, :], other=0.0, eviction_policy="evict_first",
+    )  # fmt: skip
+    g = tl.load(g_ptr + rk, mask=k_ok, other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    for i in tl.static_range(ROWS):
+        row = (m0 + i).to(tl.int64)
+        # a row past M reads and writes nothing: its bounds are 0
+        x_ok = rk < tl.where(row < M, K, 0)
+        x = tl.load(x_ptr + row * K + rk, mask=x_ok, other=0.0).to(tl.float32)
+        scale = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+        acc = tl.sum(w.to(tl.float32) * (x * g.to(tl.float32))[None, :], axis=1)
+        out_ok = rn < tl.where(row < M, N, 0)
+        tl.store(y_ptr + row * N + rn, (acc * scale).to(y_ptr.dtype.element_ty), mask=out_ok)
+
+
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: CUDA devices of compute capability 9 and later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def warps_for(block_n: int, k_pad: int, per_lane: int) -> int:
+    """Warps that give each lane about `per_lane` 16-byte vectors of the program's W tile (a
+    power of two, 1 to MAX_WARPS)."""
+    vectors = block_n * k_pad * 2 // 16
+    return max(1, min(MAX_WARPS, vectors // (32 * per_lane)))
 
 
 def kernel(
     x: torch.Tensor,
     g: torch.Tensor,
     w: torch.Tensor,
-    block_n: int = 16,
-    block_k: int = 512,
-    num_warps: int = 4,
+    per_lane: int = 2,
+    block_n: int = 1,
+    rows: int = 1,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -58,8 +87,12 @@ def kernel(
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if m == 0 or n == 0:
         return y
-    grid = (m, triton.cdiv(n, block_n))
+    rows = min(rows, m)
+    k_pad = triton.next_power_of_2(k)
+    pdl = _pdl(x.device)
+    grid = (triton.cdiv(n, block_n), triton.cdiv(m, rows))
     _rmsnorm_gemv[grid](
-        x, g, w, y, n, k, EPS, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps
-    )
+        x, g, w, y, m, n, EPS, K=k, K_PAD=k_pad, BLOCK_N=block_n, ROWS=rows, PDL=pdl,
+        num_warps=warps_for(block_n, k_pad, per_lane), launch_pdl=pdl,
+    )  # fmt: skip
     return y

@@ -10,7 +10,8 @@ then over the K-split through shared memory; float32 throughout, bfloat16 out. R
 `rows` to a launch (all of them at M <= rows). K must be a multiple of 8 with 16-byte aligned
 tensors, as every GPU shape of the task is.
 
-Launched on torch's current stream, so it is captured in CUDA graphs.
+Launched on torch's current stream, so it is captured in CUDA graphs. On Hopper it lets the next
+kernel launch at once, where that one is launched with programmatic dependent launch.
 """
 
 import functools
@@ -66,6 +67,11 @@ extern "C" __global__ void __launch_bounds__(32 * KW * NPB) gemv_splitk_bf16(
     const uint4* __restrict__ x, const uint4* __restrict__ w, unsigned short* __restrict__ y,
     long long M, long long N, long long k8_, long long m0)
 {
+#if __CUDA_ARCH__ >= 900
+    // A kernel launched after this one with programmatic dependent launch may start now: its
+    // own griddepcontrol.wait still orders its reads after this kernel's writes.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     __shared__ float part[NPB][KW][ROWS];
     const int k8 = (int)k8_;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -184,3 +184,51 @@ def edge_rows(cols: int) -> torch.Tensor:
     x[4] = x[4] * 3.0 - 1.0e3
     x[5] = torch.linspace(20.0, -20.0, cols)
     return x.to(torch.bfloat16)
+
+
+def hopper_ptx(
+    fn, types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int = 3
+) -> str:
+    """The PTX Triton gives the JIT function `fn` for an H100/H200 (sm_90), compiled here with
+    no GPU. `types` maps each runtime argument to its Triton type ("*bf16", "i32", "fp32");
+    every other argument is one of `constexprs`. Pointers are taken as 16-byte aligned, as torch
+    allocates them."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = fn.arg_names
+    signature = {name: types.get(name, "constexpr") for name in names}
+    aligned = {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(names)
+        if signature[name].startswith("*")
+    }
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
+    compiled = triton.compile(
+        source,
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": num_warps, "num_stages": num_stages},
+    )
+    return compiled.asm["ptx"]
+
+
+def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_early: int = 0):
+    """Programmatic dependent launch done safely: the kernel lets its dependents launch, issues
+    its `weight_vectors` 16-byte weight loads a thread (the evict-first ones) and `other_early`
+    other loads of data nothing earlier writes before `griddepcontrol.wait`, and reads
+    everything else, and writes, only after it."""
+    before, wait, after = ptx.partition("griddepcontrol.wait")
+    assert wait, "no griddepcontrol.wait"
+    assert "griddepcontrol.launch_dependents" in before
+
+    def loads(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "ld.global" in line or "cp.async" in line]
+
+    early = loads(before)
+    weights = [line for line in early if "evict_first" in line]
+    assert len(weights) == weight_vectors and all(".v4." in line for line in weights), weights
+    assert len(early) == weight_vectors + other_early, early
+    assert "st.global" not in before and "atom." not in before
+    assert loads(after) and "st.global" in after
+    assert not [line for line in loads(after) if "evict_first" in line]

@@ -11,7 +11,11 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import cli_verify, evaluate_on_cpu, mutated
-from tests.kernels.task_checks import candidate_module
+from tests.kernels.task_checks import (
+    assert_weights_stream_before_the_wait,
+    candidate_module,
+    hopper_ptx,
+)
 
 TRITON_PARAMS = {"block_n": 16, "split_tokens": 32, "num_stages": 1}
 
@@ -119,6 +123,20 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
 
 
+@pytest.mark.gpu
+def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(task) -> None:
+    """Launched with programmatic dependent launch right after kernels that write q, k and v
+    200 us late, the split kernel still reads the new ones, and the merge the split's parts."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_gqa_decode.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
+    q, k, v = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(q.double(), k.double(), v.double())
+    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256)  # noqa: E731
+    assert_waits_for_late_inputs(run, (q, k, v), want)
+
+
 def test_auto_split_takes_1024_tokens_unless_that_leaves_sms_idle(task) -> None:
     auto = candidate_module(task, "triton_gqa_decode.py").auto_split_tokens
     # 132 SMs (H200), 8 KV heads: the benched shapes all give 132+ programs at 1024 tokens.
@@ -127,3 +145,24 @@ def test_auto_split_takes_1024_tokens_unless_that_leaves_sms_idle(task) -> None:
     # Batch 1 at 4096 tokens: 32 programs at 1024; instead 66 splits of 64 tokens (528).
     assert auto(1 * 8, 4096, 64, 132, 4) == 64
     assert auto(1 * 8, 100, 64, 132, 4) == 64  # never a split longer than the cache needs
+
+
+@pytest.mark.parametrize("num_stages", [1, 3])
+def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_stages) -> None:
+    """Compiled for sm_90 (no GPU needed), at a pipelined and an unpipelined launch: the split
+    and the merge kernels let their dependents launch, and load nothing before
+    griddepcontrol.wait (q comes from the kernel before; the cache may too)."""
+    module = candidate_module(task, "triton_gqa_decode.py")
+    scalars = ("kv_len", "tokens_per_split", "n_splits")
+    strides = ("stride_qb", "stride_qh", "stride_kb", "stride_kh", "stride_kn")
+    strides += ("stride_vb", "stride_vh", "stride_vn")
+    types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
+    types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
+    types |= dict.fromkeys(scalars + strides, "i32") | {"scale_log2": "fp32"}
+    constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64}
+    constexprs |= {"USE_DOT": True, "PDL": True}
+    split = hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages)
+    assert_weights_stream_before_the_wait(split, 0)
+    types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
+    merge = hopper_ptx(module._merge_kernel, types, {"D": 128, "BLOCK_S": 16, "PDL": True}, 4)
+    assert_weights_stream_before_the_wait(merge, 0)

@@ -11,10 +11,12 @@ from tests.kernels.task_checks import (
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
+    assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    hopper_ptx,
 )
 
 # Drops the residual.
@@ -76,10 +78,11 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
 
 
 def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path) -> None:
-    params = {"block_n": 8, "block_k": 32, "num_warps": 2}  # K of 72: three slices, the last short
+    # K of 72 padded to 128, two rows a program over 3 and 16 rows (the last program short)
+    params = {"per_lane": 1, "block_n": 2, "rows": 2}
     bug = (  # drops the residual
-        "acc = tl.load(r_ptr + row * N + rn, mask=n_ok, other=0.0).to(tl.float32)",
-        "acc = tl.zeros((BLOCK_N,), dtype=tl.float32)",
+        "acc += tl.load(r_ptr + row * N + rn, mask=out_ok, other=0.0).to(tl.float32)",
+        "acc += 0.0",
     )
     assert_interpreted_and_mutant_caught(task, "triton_gemv_residual.py", params, bug, tmp_path)
 
@@ -104,15 +107,52 @@ def test_gpu_candidates_match_the_reference(task) -> None:
 
 
 @pytest.mark.gpu
-def test_the_fused_gemv_adds_each_rows_own_residual(task) -> None:
+@pytest.mark.parametrize(
+    "candidate,params",
+    [
+        ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 2, "rows": 4}),
+        ("triton_gemv_residual.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
+    ],
+)
+def test_the_fused_gemv_adds_each_rows_own_residual(task, candidate, params) -> None:
     """A residual that differs by row and column, a K that leaves lanes short, and more rows
     than a launch takes."""
-    module = candidate_module(task, "cupy_gemv_residual.py")
+    module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
     for m, n, k in [(3, 1000, 4104), (4, 64, 8), (9, 300, 4096)]:
         x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
         w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
         r = torch.arange(m * n, device="cuda").reshape(m, n).float().div_(m * n).bfloat16()
-        got = module.kernel(x, w, r, per_lane=2, n_per_block=2, rows=4).double()
+        got = module.kernel(x, w, r, **params).double()
         want = task.reference(x.double(), w.double(), r.double())
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k}")
+
+
+@pytest.mark.parametrize(
+    "k,per_lane,block_n,rows", [(4096, 2, 1, 1), (14336, 2, 1, 1), (28672, 2, 2, 4)]
+)
+def test_the_triton_gemv_streams_w_before_waiting_on_the_kernel_before_it(
+    task, k, per_lane, block_n, rows
+) -> None:
+    """Compiled for sm_90 (no GPU needed): W's loads, all at once, come before
+    griddepcontrol.wait; x and r are read, and y written, after it."""
+    module = candidate_module(task, "triton_gemv_residual.py")
+    k_pad = 1 << (k - 1).bit_length()
+    warps = module.warps_for(block_n, k_pad, per_lane)
+    types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16") | {"M": "i32", "N": "i32"}
+    constexprs = {"K": k, "K_PAD": k_pad, "BLOCK_N": block_n, "ROWS": rows, "PDL": True}
+    ptx = hopper_ptx(module._gemv_residual, types, constexprs, warps)
+    assert_weights_stream_before_the_wait(ptx, block_n * k_pad // 8 // (32 * warps))
+
+
+@pytest.mark.gpu
+def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
+    """Launched with programmatic dependent launch right after kernels that write x and r
+    200 us late, it still reads the new x and r (W streams early; it is never written)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_gemv_residual.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m1-n4096-k4096")
+    x, w, r = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), w.double(), r.double())
+    assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r), (x, r), want)

@@ -11,10 +11,12 @@ from tests.kernels.task_checks import (
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
+    assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    hopper_ptx,
 )
 
 # Forgets the norm weight g: right only where g is all ones, which make_inputs never draws.
@@ -80,10 +82,11 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
 
 
 def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path) -> None:
-    params = {"block_n": 8, "block_k": 32, "num_warps": 2}  # K of 72: three slices, the last short
+    # K of 72 padded to 128, two rows a program over 3 and 16 rows (the last program short)
+    params = {"per_lane": 1, "block_n": 2, "rows": 2}
     bug = (  # forgets the norm weight g
-        "acc += tl.sum(w * (x * g)[None, :], axis=1)",
-        "acc += tl.sum(w * x[None, :], axis=1)",
+        "acc = tl.sum(w.to(tl.float32) * (x * g.to(tl.float32))[None, :], axis=1)",
+        "acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)",
     )
     assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemv.py", params, bug, tmp_path)
 
@@ -108,10 +111,17 @@ def test_gpu_candidates_match_the_reference(task) -> None:
 
 
 @pytest.mark.gpu
-def test_the_fused_gemv_normalises_each_row_on_its_own(task) -> None:
+@pytest.mark.parametrize(
+    "candidate,params",
+    [
+        ("cupy_rmsnorm_gemv.py", {"per_lane": 2, "n_per_block": 2, "rows": 4}),
+        ("triton_rmsnorm_gemv.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
+    ],
+)
+def test_the_fused_gemv_normalises_each_row_on_its_own(task, candidate, params) -> None:
     """Rows of very different scales (and one of zeros, where only eps keeps it finite) in one
     launch, a K that leaves lanes short, and more rows than a launch takes."""
-    module = candidate_module(task, "cupy_rmsnorm_gemv.py")
+    module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
     for m, n, k in [(3, 1000, 4104), (4, 64, 8), (9, 300, 4096)]:
         x = torch.randn(m, k, generator=gen, device="cuda")
@@ -120,7 +130,37 @@ def test_the_fused_gemv_normalises_each_row_on_its_own(task) -> None:
         x = x.bfloat16()
         g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).bfloat16()
         w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
-        got = module.kernel(x, g, w, per_lane=2, n_per_block=2, rows=4).double()
+        got = module.kernel(x, g, w, **params).double()
         want = task.reference(x.double(), g.double(), w.double())
         assert torch.isfinite(got).all() and float(got[1].abs().max()) == 0.0
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k}")
+
+
+@pytest.mark.parametrize("k,per_lane,block_n,rows", [(4096, 2, 1, 1), (8192, 4, 2, 4)])
+def test_the_triton_gemv_streams_w_before_waiting_on_the_kernel_before_it(
+    task, k, per_lane, block_n, rows
+) -> None:
+    """Compiled for sm_90 (no GPU needed): W's loads, all at once, and the norm weight's come
+    before griddepcontrol.wait; x is read, and y written, after it."""
+    module = candidate_module(task, "triton_rmsnorm_gemv.py")
+    k_pad = 1 << (k - 1).bit_length()
+    warps = module.warps_for(block_n, k_pad, per_lane)
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"M": "i32", "N": "i32", "eps": "fp32"}
+    constexprs = {"K": k, "K_PAD": k_pad, "BLOCK_N": block_n, "ROWS": rows, "PDL": True}
+    ptx = hopper_ptx(module._rmsnorm_gemv, types, constexprs, warps)
+    g_vectors = k_pad // 8 // (32 * warps)
+    assert_weights_stream_before_the_wait(ptx, block_n * g_vectors, other_early=g_vectors)
+
+
+@pytest.mark.gpu
+def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
+    """Launched with programmatic dependent launch right after a kernel that writes x 200 us
+    late, it still reads the new x (W and g stream early; they are never written)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_rmsnorm_gemv.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m1-n6144-k4096")
+    x, g, w = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), g.double(), w.double())
+    assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
