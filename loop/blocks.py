@@ -10,12 +10,13 @@ Two block kinds, one forward function each for a decode step and for a prefill:
   cache, prefill the expanded form) and a *dense* SwiGLU FFN: DeepSeek-V3's MoE layers are not
   modelled (a dense FFN of the first layers' width stands in for them).
 
-Llama's block calls two fused ops: the input norms folded into the projections after them
-(`rmsnorm_linear`: the qkv and gate+up projections) and the residual adds into the projections
-before them (`linear_residual`: the output and down projections). Where no tuned kernel does one
-in one, it is the composition of the unfused ops, and where neither the output projection's add
-nor the MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same
-either way.
+Llama's block calls three fused ops: the input norms folded into the projections after them
+(`rmsnorm_linear`: the qkv projection; `rmsnorm_linear_swiglu`: the MLP's gate+up projection
+with SwiGLU after it) and the residual adds into the projections before them
+(`linear_residual`: the output and down projections). Where no tuned kernel does one in one, it
+is the composition of the unfused ops, and where neither the output projection's add nor the
+MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same either
+way.
 
 The ops a block calls live in an `Ops` of plain callables, built three ways: `eager_ops()`
 (plain torch, the tasks' reference math in the block's dtype) and `tuned_ops(dispatch_dir)` (per
@@ -204,6 +205,8 @@ class Ops:
     # one, they are those compositions of the ops above.
     rmsnorm_linear: Callable | None = None  # (x (M, K), g (K,), w (N, K)) -> (M, N)
     linear_residual: Callable | None = None  # (x (M, K), w (N, K), r (M, N)) -> (M, N)
+    # And swiglu(rmsnorm_linear(x, g, w)): the MLP's norm, gate and up projections and SwiGLU.
+    rmsnorm_linear_swiglu: Callable | None = None  # (x (M, K), g (K,), w (2F, K)) -> (M, F)
     # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
     # torch.compile); the eager ops run none.
     is_kernel: Callable[..., bool] = lambda op, *args: False
@@ -262,6 +265,7 @@ def _mla_decode(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
 _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
     "rmsnorm_linear": lambda ops: lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w),
     "linear_residual": lambda ops: lambda x, w, r: ops.linear(x, w) + r,
+    "rmsnorm_linear_swiglu": lambda ops: lambda x, g, w: ops.swiglu(ops.rmsnorm_linear(x, g, w)),
 }
 FUSED = tuple(_COMPOSED)
 
@@ -341,6 +345,11 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
     "linear_residual": (
         "linear_residual",
         lambda x, w, r: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]},
+    ),
+    # after rmsnorm_linear, which its composition calls
+    "rmsnorm_linear_swiglu": (
+        "rmsnorm_linear_swiglu",
+        lambda x, g, w: {"m": x.shape[0], "f": w.shape[0] // 2, "k": x.shape[1]},
     ),
 }
 _ROW_BUCKETED = ("linear", *FUSED)  # keyed on m: a tuned kernel serves the rows it was tuned for
@@ -602,15 +611,16 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
 
     def ffn(attn, x):
         wo, norm, w_gate_up = w["wo"], w["ffn_norm"], w["w_gate_up"]
-        if ops.is_kernel("linear_residual", attn, wo, x) or ops.is_kernel(
+        norm_fused = ops.is_kernel("rmsnorm_linear_swiglu", x, norm, w_gate_up) or ops.is_kernel(
             "rmsnorm_linear", x, norm, w_gate_up
-        ):
+        )
+        if norm_fused or ops.is_kernel("linear_residual", attn, wo, x):
             h = ops.linear_residual(attn, wo, x)
-            gate_up = ops.rmsnorm_linear(h, norm, w_gate_up)
+            act = ops.rmsnorm_linear_swiglu(h, norm, w_gate_up)
         else:  # neither is fused here: the residual add and the norm in one op
             y, h = ops.add_rmsnorm(ops.linear(attn, wo), x, norm)
-            gate_up = ops.linear(y, w_gate_up)
-        return ops.linear_residual(ops.swiglu(gate_up), w["w_down"], h)
+            act = ops.swiglu(ops.linear(y, w_gate_up))
+        return ops.linear_residual(act, w["w_down"], h)
 
     def decode(x, k_cache, v_cache, cos, sin):
         """x (B, hidden); caches (B, kv_heads, L, d) holding the new token's slot; cos and sin

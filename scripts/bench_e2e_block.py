@@ -6,9 +6,9 @@ scripts/dispatch_from_bench.py) pick, and torch.compile of that tuned block (GPU
     uv run python scripts/bench_e2e_block.py --dispatch-dir out --json e2e-block.json
 
 For every size: each variant's relative error against the block in float32 (the bf16 block's
-weights and inputs upcast), then the four variants interleaved (baselines.timer, several
-captures per variant, rotated block by block as the evaluator does; 2 where 8 run out of
-memory), with median intervals and the paired speedups against eager and compiled. Decode
+weights and inputs upcast) and that of a CUDA graph replay against a direct call, then the four
+variants interleaved (baselines.timer, several captures per variant, rotated block by block as
+the evaluator does; 2 where 8 run out of memory), with median intervals and the paired speedups against eager and compiled. Decode
 sizes also report the bytes a step must stream (weights + KV cache) per second, as a % of an SM
 copy kernel and of an SM read kernel measured in the same run, and with --profile each kernel of
 a replay and the idle gaps between them. The decode target is 90 % of copy bandwidth.
@@ -100,6 +100,21 @@ def _errors(cfg, weights, blocks: dict, mode: str, inputs: tuple) -> dict:
     return out
 
 
+def _replay_error(timer: GpuTimer, fn, inputs: tuple) -> float:
+    """The largest relative error of a captured graph's replay against a direct call: where a
+    kernel launched with programmatic dependent launch read an input before the kernel that
+    writes it was done, the replay differs."""
+    direct = fn(*inputs)
+    graph, out = timer.capture(lambda: fn(*inputs))
+    for t in out:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    error = max(_rel(o, d) for o, d in zip(out, direct, strict=True))
+    del graph, out, direct
+    return error
+
+
 def _runner(timer: GpuTimer, fn, inputs: tuple, slots: int, keep: list):
     graphs = [timer.capture(lambda: fn(*inputs))[0] for _ in range(slots)]
     keep.extend(graphs)
@@ -131,7 +146,11 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     row["rel_error_vs_fp32"] = errors
     row["check_s"] = time.perf_counter() - t0
     limit = errors["eager"] + TOLERANCE
-    row["correct"] = {label: err <= limit for label, err in errors.items()}
+    replay = {v: _replay_error(timer, getattr(blocks[v], mode), inputs) for v in VARIANTS}
+    row["replay_rel_error"] = replay
+    row["correct"] = {
+        label: err <= limit and replay[label] <= TOLERANCE for label, err in errors.items()
+    }
     keep: list = []
     runners = [_runner(timer, getattr(blocks[v], mode), inputs, captures, keep) for v in VARIANTS]
     rule = StoppingRule(
@@ -192,6 +211,7 @@ def _print_row(row: dict) -> None:
         line += "  stream % copy: " + " ".join(f"{v} {pct[v]:.1f}" for v in VARIANTS)
     bad = [v for v, ok in row["correct"].items() if not ok]
     errs = " ".join(f"{v} {e:.2e}" for v, e in row["rel_error_vs_fp32"].items())
+    errs += "  replay " + " ".join(f"{v} {e:.1e}" for v, e in row["replay_rel_error"].items())
     line += f"  err {errs}" + (f"  WRONG: {', '.join(bad)}" if bad else "")
     print(line, flush=True)
 

@@ -82,8 +82,9 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
 # Every op's task, with dims of the tiny configs and params of the shipped torch candidate; for
 # Llama, the fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm,
 # add_rmsnorm and skinny_gemm ones they make unused (`fused`), or without them (then the MLP's
-# add and norm run as add_rmsnorm).
-def _entries(cfg, mode: str, fused: bool = True) -> dict[str, list[dict]]:
+# add and norm run as add_rmsnorm); with `swiglu`, the MLP's norm, gate/up projection and SwiGLU
+# as one task in place of its rmsnorm_linear entry and of swiglu.
+def _entries(cfg, mode: str, fused: bool = True, swiglu: bool = False) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
     if cfg.kind == "llama":
@@ -128,6 +129,10 @@ def _entries(cfg, mode: str, fused: bool = True) -> dict[str, list[dict]]:
         out["linear_residual"] = [
             ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in [o, gemms[-1]]
         ]
+        if swiglu:
+            del out["swiglu"], out["rmsnorm_linear"][1]
+            mlp = {"m": rows, "f": cfg.ffn, "k": cfg.hidden, **dt}
+            out["rmsnorm_linear_swiglu"] = [(mlp, {"chunk_f": 16})]
     if cfg.kind == "llama" and mode == "decode":
         dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
@@ -165,6 +170,7 @@ _BUCKETS = {
     "skinny_gemm": "m",
     "rmsnorm_linear": "m",
     "linear_residual": "m",
+    "rmsnorm_linear_swiglu": "m",
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
     "mla_decode": "kv_len",
@@ -178,13 +184,19 @@ def _write_tables(folder: Path, entries: dict[str, list[dict]]) -> None:
         (folder / f"dispatch-{task}.json").write_text(json.dumps(table))
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize(
+    "fused,swiglu",
+    [(True, False), (True, True), (False, False)],
+    ids=["fused", "swiglu", "unfused"],
+)
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
-def test_tuned_torch_candidates_match_eager(cfg, mode: str, fused: bool, tmp_path: Path) -> None:
+def test_tuned_torch_candidates_match_eager(
+    cfg, mode: str, fused: bool, swiglu: bool, tmp_path: Path
+) -> None:
     """Every table the block's ops read is used; without the fused tables, the fused ops
     compose the tuned unfused ones."""
-    entries = _entries(cfg, mode, fused)
+    entries = _entries(cfg, mode, fused, swiglu)
     _write_tables(tmp_path, entries)
     ops = tuned_ops(tmp_path, "cpu")
     tuned = _run(cfg, ops, mode)
@@ -388,9 +400,12 @@ def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
     assert any("swiglu" in n and "no dispatch entry, eager" in n for n in ops.notes), ops.notes
 
 
-@pytest.mark.parametrize("task", ["skinny_gemm", "rmsnorm_linear", "linear_residual"])
+@pytest.mark.parametrize(
+    "task", ["skinny_gemm", "rmsnorm_linear", "linear_residual", "rmsnorm_linear_swiglu"]
+)
 def test_skinny_gemms_are_not_used_above_their_tuned_rows(task: str, tmp_path: Path) -> None:
-    entries = _entries(LLAMA, "decode", fused=task != "skinny_gemm")  # tuned at m = 2
+    fused = task != "skinny_gemm"
+    entries = _entries(LLAMA, "decode", fused, swiglu=fused)  # tuned at m = 2
     _write_tables(tmp_path, {task: entries[task]})
     ops = tuned_ops(tmp_path, "cpu")
     tuned = _run(LLAMA, ops, "prefill")  # m = 24

@@ -1,0 +1,171 @@
+"""The RMSNorm-gate/up-SwiGLU task: reference, inputs, shapes, and its shipped candidates (CPU;
+Triton under the interpreter, and its sm_90 PTX compiled here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_interpreted_and_mutant_caught,
+    assert_shipped_accepted,
+    assert_weights_stream_before_the_wait,
+    assert_wrong_rejected,
+    candidate_module,
+    evaluate_with_wrong,
+    gpu_evaluate,
+    hopper_ptx,
+)
+
+# Swaps gate and up: silu(up) * gate, right only where the two halves agree.
+WRONG = """
+import torch
+
+LANGUAGE = "torch"
+PARAMS = {}
+
+
+def kernel(x, g, w):
+    xf = x.float()
+    normed = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + 1e-6) * g.float()
+    z = (normed[:, None, :] * w.float()[None, :, :]).sum(-1)
+    up, gate = z.chunk(2, dim=-1)
+    return (gate * torch.sigmoid(gate) * up).to(x.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("rmsnorm_linear_swiglu")
+
+
+def test_reference_is_the_norm_the_projections_then_swiglu(task) -> None:
+    x = torch.tensor([[3.0, -4.0]], dtype=torch.float64)  # mean square 12.5
+    g = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    # gate rows, then up rows
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    scale = (12.5 + task.module.EPS) ** -0.5
+    gate = torch.tensor([6.0 * scale, -2.0 * scale], dtype=torch.float64)
+    up = torch.tensor([4.0 * scale, -4.0 * scale], dtype=torch.float64)
+    want = (gate / (1 + torch.exp(-gate)) * up)[None, :]
+    torch.testing.assert_close(task.reference(x, g, w), want)
+
+
+def test_inputs_give_outputs_of_order_one_and_the_eager_peer_agrees(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    x, g, w = task.module.make_inputs(shape.to_dict(), 3, "cpu")
+    f, k = shape.dims["f"], shape.dims["k"]
+    assert x.shape == (shape.dims["m"], k) and g.shape == (k,) and w.shape == (2 * f, k)
+    assert float(x.float().pow(2).mean()) > 2.0  # the norm has a scale to undo
+    want = task.reference(x.double(), g.double(), w.double())
+    assert want.shape == (shape.dims["m"], f)
+    assert 0.1 < float(want.std()) < 3.0
+    got = task.peers["eager"](x, g, w).double()
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+def test_gpu_shapes_are_the_llama_mlps_at_decode(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {(s.dims["f"], s.dims["k"]) for s in shapes} >= {(14336, 4096)}
+    assert {s.dims["m"] for s in shapes} == {1, 4, 16}
+    one = next(s for s in shapes if s.name == "m1-f14336-k4096")
+    assert task.bytes_moved(one) == 2 * (4096 * (2 * 14336 + 1 + 1) + 14336)
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_rmsnorm_linear_swiglu.py", {}),
+            ("torch_rmsnorm_linear_swiglu.py", {"chunk_f": 16, "round_normed": False}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        (  # forgets the norm weight g
+            "xg = (x * g.to(tl.float32))[None, :]",
+            "xg = x[None, :]",
+        ),
+        (  # reads the up rows from the gate's (the second half of W never read)
+            "w_ptr + F.to(tl.int64) * K + tile",
+            "w_ptr + tile",
+        ),
+    ],
+)
+def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path, bug) -> None:
+    # K of 72 padded to 128, two rows a program over 3 and 16 rows (the last program short)
+    params = {"per_lane": 1, "block_n": 2, "rows": 2}
+    candidate = "triton_rmsnorm_gemv_swiglu.py"
+    assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+@pytest.mark.parametrize("k,per_lane,block_n,rows", [(4096, 2, 1, 1), (8192, 4, 2, 4)])
+def test_the_triton_kernel_streams_w_before_waiting_on_the_kernel_before_it(
+    task, k, per_lane, block_n, rows
+) -> None:
+    """Compiled for sm_90 (no GPU needed): the gate's and up's W loads, all at once, and the
+    norm weight's come before griddepcontrol.wait; x is read, and y written, after it."""
+    module = candidate_module(task, "triton_rmsnorm_gemv_swiglu.py")
+    k_pad = 1 << (k - 1).bit_length()
+    warps = module.warps_for(block_n, k_pad, per_lane)
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"M": "i32", "F": "i32", "eps": "fp32"}
+    constexprs = {"K": k, "K_PAD": k_pad, "BLOCK_N": block_n, "ROWS": rows, "PDL": True}
+    ptx = hopper_ptx(module._rmsnorm_gemv_swiglu, types, constexprs, warps)
+    g_vectors = k_pad // 8 // (32 * warps)
+    assert_weights_stream_before_the_wait(ptx, 2 * block_n * g_vectors, other_early=g_vectors)
+
+
+@pytest.mark.gpu
+def test_gpu_candidates_match_the_reference(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            ("triton_rmsnorm_gemv_swiglu.py", {}),
+            ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 4, "block_n": 2, "rows": 4}),
+            ("torch_rmsnorm_linear_swiglu.py", {}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+def test_the_fused_kernel_normalises_each_row_on_its_own(task) -> None:
+    """Rows of very different scales (and one of zeros, where only eps keeps it finite) in one
+    launch, a K that leaves lanes short, an f the programs do not divide, and more rows than a
+    program takes."""
+    module = candidate_module(task, "triton_rmsnorm_gemv_swiglu.py")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for m, f, k in [(3, 1001, 4104), (4, 64, 8), (9, 300, 4096)]:
+        x = torch.randn(m, k, generator=gen, device="cuda")
+        x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
+        x[1] = 0
+        x = x.bfloat16()
+        g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).bfloat16()
+        w = torch.randn(2 * f, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        got = module.kernel(x, g, w, per_lane=2, block_n=2, rows=4).double()
+        want = task.reference(x.double(), g.double(), w.double())
+        assert torch.isfinite(got).all() and float(got[1].abs().max()) == 0.0
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} f{f} k{k}")
+
+
+@pytest.mark.gpu
+def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
+    """Launched with programmatic dependent launch right after a kernel that writes x 200 us
+    late, it still reads the new x (W and g stream early; they are never written)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_rmsnorm_gemv_swiglu.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m1-f14336-k4096")
+    x, g, w = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), g.double(), w.double())
+    assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
