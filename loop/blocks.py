@@ -10,10 +10,10 @@ Two block kinds, one forward function each for a decode step and for a prefill:
   cache, prefill the expanded form) and a *dense* SwiGLU FFN: DeepSeek-V3's MoE layers are not
   modelled (a dense FFN of the first layers' width stands in for them).
 
-Llama's block calls three fused ops: the input norms folded into the projections after them
-(`rmsnorm_linear`: the qkv projection; `rmsnorm_linear_swiglu`: the MLP's gate+up projection
-with SwiGLU after it) and the residual adds into the projections before them
-(`linear_residual`: the output and down projections). Where no tuned kernel does one in one, it
+Llama's block calls four fused ops: the input norms folded into the projections after them
+(`rmsnorm_linear`: the qkv projection, or `rmsnorm_linear_rope` with rope after it;
+`rmsnorm_linear_swiglu`: the MLP's gate+up projection with SwiGLU after it) and the residual
+adds into the projections before them (`linear_residual`: the output and down projections). Where no tuned kernel does one in one, it
 is the composition of the unfused ops, and where neither the output projection's add nor the
 MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same either
 way.
@@ -205,8 +205,11 @@ class Ops:
     # one, they are those compositions of the ops above.
     rmsnorm_linear: Callable | None = None  # (x (M, K), g (K,), w (N, K)) -> (M, N)
     linear_residual: Callable | None = None  # (x (M, K), w (N, K), r (M, N)) -> (M, N)
-    # And swiglu(rmsnorm_linear(x, g, w)): the MLP's norm, gate and up projections and SwiGLU.
+    # And swiglu(rmsnorm_linear(x, g, w)): the MLP's norm, gate and up projections and SwiGLU;
+    # and (rope(rmsnorm_linear(x, g, w_qk)), rmsnorm_linear(x, g, w_v)): the attention's input.
     rmsnorm_linear_swiglu: Callable | None = None  # (x (M, K), g (K,), w (2F, K)) -> (M, F)
+    # (x, g, w_qk (Nqk, K), w_v (Nv, K), cos (M, d/2), sin) -> (qk (M, Nqk), v (M, Nv))
+    rmsnorm_linear_rope: Callable | None = None
     # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
     # torch.compile); the eager ops run none.
     is_kernel: Callable[..., bool] = lambda op, *args: False
@@ -266,6 +269,14 @@ _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
     "rmsnorm_linear": lambda ops: lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w),
     "linear_residual": lambda ops: lambda x, w, r: ops.linear(x, w) + r,
     "rmsnorm_linear_swiglu": lambda ops: lambda x, g, w: ops.swiglu(ops.rmsnorm_linear(x, g, w)),
+    "rmsnorm_linear_rope": lambda ops: (
+        lambda x, g, w_qk, w_v, cos, sin: (
+            ops.rope(
+                ops.rmsnorm_linear(x, g, w_qk).reshape(x.shape[0], -1, 2 * cos.shape[1]), cos, sin
+            ).reshape(x.shape[0], -1),
+            ops.rmsnorm_linear(x, g, w_v),
+        )
+    ),
 }
 FUSED = tuple(_COMPOSED)
 
@@ -346,10 +357,20 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
         "linear_residual",
         lambda x, w, r: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]},
     ),
-    # after rmsnorm_linear, which its composition calls
+    # after rmsnorm_linear, which their compositions call
     "rmsnorm_linear_swiglu": (
         "rmsnorm_linear_swiglu",
         lambda x, g, w: {"m": x.shape[0], "f": w.shape[0] // 2, "k": x.shape[1]},
+    ),
+    "rmsnorm_linear_rope": (
+        "rmsnorm_linear_rope",
+        lambda x, g, w_qk, w_v, c, s: {
+            "m": x.shape[0],
+            "n_qk": w_qk.shape[0],
+            "n_v": w_v.shape[0],
+            "head_dim": 2 * c.shape[1],
+            "k": x.shape[1],
+        },
     ),
 }
 _ROW_BUCKETED = ("linear", *FUSED)  # keyed on m: a tuned kernel serves the rows it was tuned for
@@ -603,11 +624,17 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
     nq, nkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
 
     def attention_in(x, cos, sin):
-        qkv = ops.rmsnorm_linear(x, w["attn_norm"], w["wqkv"])
-        # q's and k's heads rotated in one call (rope is per head): one kernel, not two.
-        qk = ops.rope(qkv[:, : (nq + nkv) * d].reshape(-1, nq + nkv, d), cos, sin)
+        norm, wqkv, n_qk = w["attn_norm"], w["wqkv"], (nq + nkv) * d
+        w_qk, w_v = wqkv[:n_qk], wqkv[n_qk:]  # row ranges: no copies
+        if ops.is_kernel("rmsnorm_linear_rope", x, norm, w_qk, w_v, cos, sin):
+            qk, v = ops.rmsnorm_linear_rope(x, norm, w_qk, w_v, cos, sin)
+            qk = qk.reshape(-1, nq + nkv, d)
+        else:  # one projection, then q's and k's heads rotated in one call: two kernels
+            qkv = ops.rmsnorm_linear(x, norm, wqkv)
+            qk = ops.rope(qkv[:, :n_qk].reshape(-1, nq + nkv, d), cos, sin)
+            v = qkv[:, n_qk:]
         q, k = qk.split([nq, nkv], dim=1)
-        return q, k, qkv[:, (nq + nkv) * d :].reshape(-1, nkv, d)
+        return q, k, v.reshape(-1, nkv, d)
 
     def ffn(attn, x):
         wo, norm, w_gate_up = w["wo"], w["ffn_norm"], w["w_gate_up"]

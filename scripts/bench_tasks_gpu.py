@@ -1,6 +1,6 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
 rope, skinny_gemm's CuPy GEMVs at M <= 16 and the fused decode GEMVs rmsnorm_linear,
-linear_residual and rmsnorm_linear_swiglu): an optional quick sweep that times a short list
+linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope): an optional quick sweep that times a short list
 of each candidate's configurations at the plan's first shape (one evaluator call per plan:
 verify, then interleaved CUDA-graph timing) and keeps the fastest, then `autotune bench` of that
 configuration against the peers over the plan's shapes. Writes one JSON file per step into
@@ -279,14 +279,23 @@ PLANS = [
             Plan(task, triton, [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
         )
     ),
-    # The MLP's norm, gate/up projection and SwiGLU in one kernel (Llama-3-8B's MLP), swept at
-    # one token; at 16 rows the peers are expected to keep the shape.
+    # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,
+    # qkv projection and rope (Llama-3-8B's), swept at one token; at 16 rows the peers are
+    # expected to keep the shapes.
     Plan(
         "rmsnorm_linear_swiglu",
         "triton_rmsnorm_gemv_swiglu.py",
         ["m1-f14336-k4096", "m16-f14336-k4096"],
         TRITON_GEMV_GRID,
         tag="gateup",
+        peers=FUSED_PEERS,
+    ),
+    Plan(
+        "rmsnorm_linear_rope",
+        "triton_rmsnorm_gemv_rope.py",
+        ["m1-qk40-v8-d128-k4096", "m16-qk40-v8-d128-k4096"],
+        TRITON_GEMV_GRID,
+        tag="qkv",
         peers=FUSED_PEERS,
     ),
     # The tensor-core GEMV at 16 rows (and 4, where the split-K GEMV loses to cuBLAS by 2x),

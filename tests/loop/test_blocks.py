@@ -82,9 +82,10 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
 # Every op's task, with dims of the tiny configs and params of the shipped torch candidate; for
 # Llama, the fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm,
 # add_rmsnorm and skinny_gemm ones they make unused (`fused`), or without them (then the MLP's
-# add and norm run as add_rmsnorm); with `swiglu`, the MLP's norm, gate/up projection and SwiGLU
-# as one task in place of its rmsnorm_linear entry and of swiglu.
-def _entries(cfg, mode: str, fused: bool = True, swiglu: bool = False) -> dict[str, list[dict]]:
+# add and norm run as add_rmsnorm); with `epilogues`, rope and SwiGLU folded into the
+# projections before them too (rmsnorm_linear_rope and rmsnorm_linear_swiglu in place of
+# rmsnorm_linear, rope and swiglu).
+def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
     if cfg.kind == "llama":
@@ -129,10 +130,13 @@ def _entries(cfg, mode: str, fused: bool = True, swiglu: bool = False) -> dict[s
         out["linear_residual"] = [
             ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in [o, gemms[-1]]
         ]
-        if swiglu:
-            del out["swiglu"], out["rmsnorm_linear"][1]
+        if epilogues:
+            del out["swiglu"], out["rope"], out["rmsnorm_linear"]
             mlp = {"m": rows, "f": cfg.ffn, "k": cfg.hidden, **dt}
             out["rmsnorm_linear_swiglu"] = [(mlp, {"chunk_f": 16})]
+            n_qk, n_v = (cfg.heads + cfg.kv_heads) * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+            attn = {"m": rows, "n_qk": n_qk, "n_v": n_v, "head_dim": cfg.head_dim}
+            out["rmsnorm_linear_rope"] = [({**attn, "k": cfg.hidden, **dt}, {"chunk_n": 16})]
     if cfg.kind == "llama" and mode == "decode":
         dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
@@ -171,6 +175,7 @@ _BUCKETS = {
     "rmsnorm_linear": "m",
     "linear_residual": "m",
     "rmsnorm_linear_swiglu": "m",
+    "rmsnorm_linear_rope": "m",
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
     "mla_decode": "kv_len",
@@ -185,18 +190,18 @@ def _write_tables(folder: Path, entries: dict[str, list[dict]]) -> None:
 
 
 @pytest.mark.parametrize(
-    "fused,swiglu",
+    "fused,epilogues",
     [(True, False), (True, True), (False, False)],
-    ids=["fused", "swiglu", "unfused"],
+    ids=["fused", "epilogues", "unfused"],
 )
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
 def test_tuned_torch_candidates_match_eager(
-    cfg, mode: str, fused: bool, swiglu: bool, tmp_path: Path
+    cfg, mode: str, fused: bool, epilogues: bool, tmp_path: Path
 ) -> None:
     """Every table the block's ops read is used; without the fused tables, the fused ops
     compose the tuned unfused ones."""
-    entries = _entries(cfg, mode, fused, swiglu)
+    entries = _entries(cfg, mode, fused, epilogues)
     _write_tables(tmp_path, entries)
     ops = tuned_ops(tmp_path, "cpu")
     tuned = _run(cfg, ops, mode)
@@ -401,11 +406,19 @@ def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "task", ["skinny_gemm", "rmsnorm_linear", "linear_residual", "rmsnorm_linear_swiglu"]
+    "task",
+    [
+        "skinny_gemm",
+        "rmsnorm_linear",
+        "linear_residual",
+        "rmsnorm_linear_swiglu",
+        "rmsnorm_linear_rope",
+    ],
 )
 def test_skinny_gemms_are_not_used_above_their_tuned_rows(task: str, tmp_path: Path) -> None:
     fused = task != "skinny_gemm"
-    entries = _entries(LLAMA, "decode", fused, swiglu=fused)  # tuned at m = 2
+    epilogues = task.endswith(("swiglu", "rope"))
+    entries = _entries(LLAMA, "decode", fused, epilogues)  # tuned at m = 2
     _write_tables(tmp_path, {task: entries[task]})
     ops = tuned_ops(tmp_path, "cpu")
     tuned = _run(LLAMA, ops, "prefill")  # m = 24
@@ -499,3 +512,19 @@ def test_block_replays_in_a_cuda_graph(cfg, mode: str) -> None:
     for got, want in zip(out, direct, strict=True):
         # The same kernels, though cuBLAS may pick another algorithm under capture.
         assert torch.isfinite(got).all() and _rel(got, want) < 1e-2
+
+
+def test_the_fused_ops_compose_the_unfused_ones() -> None:
+    """Each fused op of the eager ops is its composition: the norm into the projection, with
+    rope on the q/k rows (v's untouched) or SwiGLU after it, and the residual add."""
+    ops, gen = eager_ops(), torch.Generator().manual_seed(1)
+    x, r = torch.randn(3, 16, generator=gen), torch.randn(3, 12, generator=gen)
+    g, w = torch.randn(16, generator=gen), torch.randn(20, 16, generator=gen)
+    cos, sin = torch.randn(3, 2, generator=gen), torch.randn(3, 2, generator=gen)
+    normed = ops.rmsnorm(x, g)
+    qk, v = ops.rmsnorm_linear_rope(x, g, w[:12], w[12:], cos, sin)
+    want_qk = ops.rope((normed @ w[:12].t()).reshape(3, 3, 4), cos, sin).reshape(3, 12)
+    torch.testing.assert_close(qk, want_qk)
+    torch.testing.assert_close(v, normed @ w[12:].t())
+    torch.testing.assert_close(ops.rmsnorm_linear_swiglu(x, g, w), ops.swiglu(normed @ w.t()))
+    torch.testing.assert_close(ops.linear_residual(x, w[:12], r), x @ w[:12].t() + r)

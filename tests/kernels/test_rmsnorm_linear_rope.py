@@ -1,0 +1,193 @@
+"""The RMSNorm-qkv-rope task: reference, inputs, shapes, and its shipped candidates (CPU;
+Triton under the interpreter, and its sm_90 PTX compiled here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_interpreted_and_mutant_caught,
+    assert_shipped_accepted,
+    assert_weights_stream_before_the_wait,
+    assert_wrong_rejected,
+    candidate_module,
+    evaluate_with_wrong,
+    gpu_evaluate,
+    hopper_ptx,
+)
+
+# Rotates the wrong way (sin's sign flipped): right only at positions whose sines are all 0.
+WRONG = """
+import torch
+
+LANGUAGE = "torch"
+PARAMS = {}
+
+
+def kernel(x, g, w_qk, w_v, cos, sin):
+    m = x.shape[0]
+    xf = x.float()
+    normed = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + 1e-6) * g.float()
+    qk = (normed[:, None, :] * w_qk.float()[None, :, :]).sum(-1)
+    v = (normed[:, None, :] * w_v.float()[None, :, :]).sum(-1)
+    q1, q2 = qk.reshape(m, -1, 2 * cos.shape[1]).chunk(2, dim=-1)
+    c, s = cos[:, None, :], -sin[:, None, :]
+    qk = torch.cat((q1 * c - q2 * s, q2 * c + q1 * s), dim=-1).reshape(m, -1)
+    return qk.to(x.dtype), v.to(x.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("rmsnorm_linear_rope")
+
+
+def test_reference_is_the_norm_the_projections_then_rope(task) -> None:
+    x = torch.tensor([[3.0, -4.0]], dtype=torch.float64)  # mean square 12.5
+    g = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    w_qk = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)  # one head of d = 2
+    w_v = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
+    cos = torch.tensor([[0.0]], dtype=torch.float64)  # a quarter turn
+    sin = torch.tensor([[1.0]], dtype=torch.float64)
+    scale = (12.5 + task.module.EPS) ** -0.5
+    a, b = 6.0 * scale, -2.0 * scale  # the projections before rope
+    qk, v = task.reference(x, g, w_qk, w_v, cos, sin)
+    torch.testing.assert_close(qk, torch.tensor([[-b, a]], dtype=torch.float64))
+    torch.testing.assert_close(v, torch.tensor([[4.0 * scale]], dtype=torch.float64))
+
+
+def test_inputs_and_the_eager_peer(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    x, g, w_qk, w_v, cos, sin = task.module.make_inputs(shape.to_dict(), 3, "cpu")
+    d, k = shape.dims["head_dim"], shape.dims["k"]
+    assert w_qk.shape == (shape.dims["n_qk"], k) and w_v.shape == (shape.dims["n_v"], k)
+    assert cos.shape == sin.shape == (shape.dims["m"], d // 2)
+    torch.testing.assert_close(cos.double() ** 2 + sin.double() ** 2, torch.ones_like(cos).double())
+    assert float(x.float().pow(2).mean()) > 2.0  # the norm has a scale to undo
+    want = task.reference(x, g, w_qk, w_v, cos, sin)
+    assert all(0.3 < float(t.std()) < 3.0 for t in want)
+    for got, ref in zip(task.peers["eager"](x, g, w_qk, w_v, cos, sin), want, strict=True):
+        assert float((got.double() - ref).norm() / ref.norm()) < 1e-5
+
+
+def test_gpu_shapes_are_the_llama_attention_inputs_at_decode(task) -> None:
+    shapes = task.shapes("cuda")
+    one = next(s for s in shapes if s.name == "m1-qk40-v8-d128-k4096")
+    assert (one.dims["n_qk"], one.dims["n_v"]) == (40 * 128, 8 * 128)
+    assert {s.dims["m"] for s in shapes} == {1, 4, 16}
+    assert task.bytes_moved(one) == 2 * (4096 * (6144 + 1 + 1) + 6144) + 4 * 128
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_rmsnorm_linear_rope.py", {}),
+            ("torch_rmsnorm_linear_rope.py", {"chunk_n": 16, "round_normed": False}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        (  # pairs a row with its neighbour instead of the row half a head away
+            "row_b = row_a + tl.where(is_qk, HALF, BLOCK_N)",
+            "row_b = row_a + tl.where(is_qk, 1, BLOCK_N)",
+        ),
+        (  # rotates v's rows too
+            "turns = lane < tl.where(row < M, tl.where(is_qk, BLOCK_N, 0), 0)",
+            "turns = lane < tl.where(row < M, BLOCK_N, 0)",
+        ),
+    ],
+)
+@pytest.mark.parametrize("params", [{"per_lane": 1, "block_n": 2, "rows": 2}, {"block_n": 4}])
+def test_the_triton_candidate_under_the_interpreter_and_a_mutant(
+    task, tmp_path, bug, params
+) -> None:
+    # K of 72 and 96 padded to 128; heads of 8 and 16 (pairs of 4 and 8 rows); rows a program
+    # over 3 and 16 rows
+    candidate = "triton_rmsnorm_gemv_rope.py"
+    assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+@pytest.mark.parametrize("k,per_lane,block_n,rows", [(4096, 2, 1, 1), (8192, 4, 2, 4)])
+def test_the_triton_kernel_streams_w_before_waiting_on_the_kernel_before_it(
+    task, k, per_lane, block_n, rows
+) -> None:
+    """Compiled for sm_90 (no GPU needed): the two W tiles' loads, all at once, and the norm
+    weight's come before griddepcontrol.wait; x, cos and sin are read, and the outputs written,
+    after it."""
+    module = candidate_module(task, "triton_rmsnorm_gemv_rope.py")
+    k_pad = 1 << (k - 1).bit_length()
+    warps = module.warps_for(block_n, k_pad, per_lane)
+    types = dict.fromkeys(("x_ptr", "g_ptr", "wqk_ptr", "wv_ptr", "qk_ptr", "v_ptr"), "*bf16")
+    types |= dict.fromkeys(("cos_ptr", "sin_ptr"), "*fp32")
+    types |= dict.fromkeys(("M", "N_QK", "N_V", "pair_programs"), "i32") | {"eps": "fp32"}
+    constexprs = {"K": k, "K_PAD": k_pad, "HALF": 64, "BLOCK_N": block_n, "ROWS": rows}
+    ptx = hopper_ptx(module._rmsnorm_gemv_rope, types, constexprs | {"PDL": True}, warps)
+    g_vectors = max(1, k_pad // 8 // (32 * warps))
+    assert_weights_stream_before_the_wait(ptx, 2 * block_n * k_pad // 8 // (32 * warps), g_vectors)
+
+
+@pytest.mark.gpu
+def test_gpu_candidates_match_the_reference(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            ("triton_rmsnorm_gemv_rope.py", {}),
+            ("triton_rmsnorm_gemv_rope.py", {"per_lane": 4, "block_n": 2, "rows": 4}),
+            ("torch_rmsnorm_linear_rope.py", {}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+def test_the_fused_kernel_on_ragged_shapes(task) -> None:
+    """Rows of very different scales (and one of zeros, where only eps keeps it finite), a K
+    that leaves lanes short, a v the programs do not divide, and more rows than a program
+    takes, against the reference."""
+    module = candidate_module(task, "triton_rmsnorm_gemv_rope.py")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for m, heads, n_v, d, k in [(3, 5, 24, 64, 4104), (4, 2, 8, 8, 8), (9, 40, 1000, 128, 4096)]:
+        x = torch.randn(m, k, generator=gen, device="cuda")
+        x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
+        x[1] = 0
+        x = x.bfloat16()
+        g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).bfloat16()
+        w_qk = torch.randn(heads * d, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        w_v = torch.randn(n_v, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        angles = torch.rand(m, d // 2, generator=gen, device="cuda") * 6.3
+        cos, sin = angles.cos(), angles.sin()
+        got = module.kernel(x, g, w_qk, w_v, cos, sin, per_lane=2, block_n=4, rows=4)
+        want = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
+        for a, b, what in zip(got, want, ("qk", "v"), strict=True):
+            assert torch.isfinite(a).all() and float(a[1].abs().max()) == 0.0
+            torch.testing.assert_close(
+                a.double(), b, atol=2e-2, rtol=2e-2, msg=f"{what} m{m} heads{heads} k{k}"
+            )
+
+
+@pytest.mark.gpu
+def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) -> None:
+    """Launched with programmatic dependent launch right after kernels that write x, cos and
+    sin 200 us late, it still reads the new ones (W and g stream early; never written)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_rmsnorm_gemv_rope.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m1-qk40-v8-d128-k4096")
+    x, g, w_qk, w_v, cos, sin = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)[0]
+
+    def run(x, cos, sin):
+        return module.kernel(x, g, w_qk, w_v, cos, sin)[0]
+
+    assert_waits_for_late_inputs(run, (x, cos, sin), want)
