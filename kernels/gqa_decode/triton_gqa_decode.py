@@ -1,10 +1,17 @@
 """GQA decode in Triton, flash-decoding style: the cache is cut into splits along its length; a
 program reads one KV head's split once and serves all the query heads of its group (rows of one
-tl.dot, padded to 16), keeping an online softmax; a second kernel merges the splits by their
+tl.dot, padded to 16), keeping an online softmax; the splits are then merged by their
 log-sum-exp. `split_tokens` 0 (the default) splits at AUTO_SPLIT_TOKENS where that gives every
 SM a program, else into enough splits to give every SM `programs_per_sm` programs.
 
-On Hopper and later both kernels are launched with programmatic dependent launch: each lets the
+`merge` "kernel" merges in a second kernel, a program a query head. "fold" launches one kernel
+only: each program counts itself in on its KV head's counter once its partials are stored, and
+the last of the KV head's splits to arrive merges them for the group's query heads and sets the
+count back to 0. The counts live in one buffer per device, zeroed once when it is made, so no
+call pays a kernel to zero them (nor does a CUDA graph's replay); calls on the same device must
+therefore not overlap (run them on one stream, as torch does by default).
+
+On Hopper and later the kernels are launched with programmatic dependent launch: each lets the
 kernel after it launch at once and waits (`gdc_wait`) for the kernel before it before it reads
 anything, so a launch's latency passes while the kernel before it drains."""
 
@@ -23,7 +30,9 @@ PARAMS = {
     "num_warps": [1, 2, 4, 8],
     "num_stages": [1, 2, 3, 4, 5],
     "use_dot": [True, False],
+    "merge": ["kernel", "fold"],
 }
+MERGES = ("kernel", "fold")
 
 LOG2E = 1.4426950408889634
 # On the H200 (session 8, call 1), 1024-token splits were the fastest of eight configurations at
@@ -35,10 +44,12 @@ AUTO_SPLIT_TOKENS = 1024
 
 @triton.jit
 def _split_kernel(
-    q_ptr, k_ptr, v_ptr, po_ptr, plse_ptr, kv_len, tokens_per_split, n_splits, scale_log2,
+    q_ptr, k_ptr, v_ptr, po_ptr, plse_ptr, out_ptr, count_ptr, kv_len, tokens_per_split, n_splits,
+    scale_log2,
     stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
-    BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -86,16 +97,24 @@ def _split_kernel(
     part = head.to(tl.int64) * n_splits + pid_s
     tl.store(po_ptr + part[:, None] * D + d[None, :], out, mask=g_ok[:, None])
     tl.store(plse_ptr + part, m_i + tl.log2(l_i), mask=g_ok)
+    if FOLD:
+        # The barrier puts every thread's partial stores before the count, whose release
+        # publishes them at GPU scope; the last program's count acquires all the others'.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + pid_bh, 1, sem="acq_rel", scope="gpu")
+        if arrived == n_splits - 1:
+            tl.store(count_ptr + pid_bh, 0)  # every split has counted: ready for the next call
+            for i in tl.static_range(GROUP):
+                _merge_head(
+                    po_ptr, plse_ptr, out_ptr, (b * HKV + h) * GROUP + i, n_splits, D, BLOCK_S
+                )
 
 
 @triton.jit
-def _merge_kernel(
-    po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
-):  # fmt: skip
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    head = tl.program_id(0).to(tl.int64)
+def _merge_head(po_ptr, plse_ptr, out_ptr, head, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Writes query head `head`'s output: its splits' partial outputs weighted by
+    2^(lse - max lse), over the sum of the weights."""
+    head = head.to(tl.int64)
     d = tl.arange(0, D)
     lse_base = plse_ptr + head * n_splits
     m = tl.max(tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32), axis=0)
@@ -113,6 +132,16 @@ def _merge_kernel(
         acc += tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
         den += w
     tl.store(out_ptr + head * D + d, (acc / tl.sum(den, axis=0)).to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _merge_kernel(
+    po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
+):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    _merge_head(po_ptr, plse_ptr, out_ptr, tl.program_id(0), n_splits, D, BLOCK_S)
 
 
 @functools.cache
@@ -139,6 +168,25 @@ def auto_split_tokens(
     return triton.cdiv(blocks, min(want, blocks)) * block_n
 
 
+# The fold's arrival counts, per device: zero between calls (the last program of a KV head resets
+# its count). Every buffer is kept, as a CUDA graph may hold any of them.
+_COUNTS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
+    held = _COUNTS.setdefault(device, [])
+    if held and held[-1].numel() >= n:
+        return held[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    held.append(
+        torch.zeros(max(n, 2 * held[-1].numel() if held else 0), dtype=torch.int32, device=device)
+    )
+    return held[-1]
+
+
 def kernel(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -149,7 +197,10 @@ def kernel(
     num_warps: int = 4,
     num_stages: int = 4,
     use_dot: bool = True,
-):
+    merge: str = "kernel",
+) -> torch.Tensor:
+    if merge not in MERGES:
+        raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
     b, hq, d = q.shape
     _, hkv, kv_len, _ = k_cache.shape
     if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
@@ -164,19 +215,24 @@ def kernel(
     part_o = torch.empty((b * hq * n_splits, d), device=q.device, dtype=torch.float32)
     part_lse = torch.empty((b * hq * n_splits,), device=q.device, dtype=torch.float32)
     pdl = _pdl(q.device)
+    out = torch.empty((b, hq, d), device=q.device, dtype=q.dtype)
+    block_s = min(64, triton.next_power_of_2(n_splits))
+    fold = merge == "fold"
+    # The fold merges with the split kernel's warps: at most 64 partial values a thread.
+    fold_block_s = max(1, min(block_s, 2048 * num_warps // d)) if fold else 1
     _split_kernel[(b * hkv, n_splits)](
-        q, k_cache, v_cache, part_o, part_lse, kv_len, split_tokens, n_splits,
+        q, k_cache, v_cache, part_o, part_lse, out if fold else None,
+        _arrival_counts(b * hkv, q.device) if fold else None, kv_len, split_tokens, n_splits,
         LOG2E / math.sqrt(d),
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
-        BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, num_warps=num_warps, num_stages=num_stages,
-        launch_pdl=pdl,
+        BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, FOLD=fold, BLOCK_S=fold_block_s,
+        num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
-    out = torch.empty((b, hq, d), device=q.device, dtype=q.dtype)
-    block_s = min(64, triton.next_power_of_2(n_splits))
-    _merge_kernel[(b * hq,)](
-        part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, PDL=pdl, num_warps=4,
-        launch_pdl=pdl,
-    )  # fmt: skip
+    if not fold:
+        _merge_kernel[(b * hq,)](
+            part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, PDL=pdl, num_warps=4,
+            launch_pdl=pdl,
+        )  # fmt: skip
     return out

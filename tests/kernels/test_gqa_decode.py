@@ -3,7 +3,12 @@ the interpreter)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -111,9 +116,117 @@ def test_candidates_pass_and_a_wrong_head_mapping_is_rejected(task, tmp_path) ->
     assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
 
 
+# Split counts on the CPU shapes (kv_len 19, 64 at batch 2, 200; 4 "SMs"): auto-split for 8
+# programs an SM takes 2 (19 tokens in 16-token splits), 1, and 13 (200 in 16-token splits);
+# 32 tokens take 1, 2 and 7 (200 again not a multiple); 256 take one split everywhere.
+FOLD_SPLITS = {
+    "auto": {"split_tokens": 0, "programs_per_sm": 8},
+    "32": {"split_tokens": 32},
+    "256": {"split_tokens": 256},
+}
+
+
+def test_the_fold_is_accepted_and_a_last_program_off_by_one_is_rejected(task, tmp_path) -> None:
+    """merge="fold" at split counts of 1, 2, 7 and 13, with and without tl.dot, as near the
+    reference as the merge kernel at each; a copy whose last program waits for one split too
+    many merges nothing (and never resets a count)."""
+    triton_src = task.folder / "triton_gqa_decode.py"
+    bug = mutated(
+        triton_src, "if arrived == n_splits - 1:", "if arrived == n_splits:", tmp_path / "b.py"
+    )
+    specs = {
+        f"{merge}-{name}": (triton_src, TRITON_PARAMS | split | {"merge": merge})
+        for merge in ("kernel", "fold")
+        for name, split in FOLD_SPLITS.items()
+    }
+    specs["fold-no-dot"] = (triton_src, TRITON_PARAMS | {"merge": "fold", "use_dot": False})
+    specs["bug"] = (bug, TRITON_PARAMS | {"merge": "fold"})
+    ev = evaluate_on_cpu(task, specs)
+    for label in specs.keys() - {"bug"}:
+        verdict = ev.by_label(label)
+        assert verdict.accepted, (label, verdict.reasons)
+        assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5, label
+    for name in FOLD_SPLITS:
+        fold, merged = ev.by_label(f"fold-{name}"), ev.by_label(f"kernel-{name}")
+        for shape, seen in fold.shapes.items():
+            assert seen.rel_err == pytest.approx(merged.shapes[shape].rel_err, abs=1e-6), shape
+    # The output is left as allocated: whatever was in that memory (here, a mismatch).
+    bug_codes = {r.code for r in ev.by_label("bug").reasons}
+    assert bug_codes, "the off-by-one fold was accepted"
+    assert bug_codes <= {"mismatch", "non-finite-output", "constant-output", "crash"}, bug_codes
+
+
+# Run in a Python of its own, where TRITON_INTERPRET is set before Triton loads (Triton's own
+# jit functions, tl.zeros among them, are made as it loads): fold calls (CPU shape index, seed,
+# params), each against the merge kernel and the reference, and the kept counts after each.
+FOLD_CALLS = """
+import json, sys
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("gqa_decode")
+module = candidate_module(task, "triton_gqa_decode.py")
+calls = []
+for index, seed, params in json.loads(sys.argv[1]):
+    shape = task.shapes("cpu")[index]
+    q, k, v = task.make_inputs(shape, seed, "cpu")
+    got = module.kernel(q, k, v, **params, merge="fold")
+    merged = module.kernel(q, k, v, **params)
+    want = task.reference(q.double(), k.double(), v.double())
+    calls.append({
+        "counters": shape.dims["batch"] * shape.dims["kv_heads"],
+        "vs_merge_kernel": float((got - merged).abs().max()),
+        "vs_reference": float((got.double() - want).abs().max()),
+        "kept": [c.tolist() for c in module._COUNTS[torch.device("cpu")]],
+    })
+print(json.dumps(calls))
+"""
+
+
+def test_the_fold_twice_and_on_a_larger_batch_leaves_every_count_at_zero(task) -> None:
+    """Under the interpreter: the fold gives the merge kernel's answer (to float32 rounding)
+    on a call after a call, and on a batch needing more counts than are kept, which grows them;
+    every kept count is back at 0 after each call."""
+    two_splits = TRITON_PARAMS | FOLD_SPLITS["auto"]  # 19 tokens in 2 splits, 2 counts
+    calls = [(0, 1, two_splits), (0, 2, two_splits)]
+    calls.append((1, 3, TRITON_PARAMS | FOLD_SPLITS["32"]))  # 64 tokens in 2, 4 counts
+    result = subprocess.run(
+        [sys.executable, "-c", FOLD_CALLS, json.dumps(calls)],
+        cwd=Path(__file__).resolve().parents[2],
+        env=os.environ | {"TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    for call in seen:
+        assert call["vs_merge_kernel"] < 1e-6 and call["vs_reference"] < 1e-5, call
+        assert len(call["kept"][-1]) >= call["counters"]
+        assert all(counts == [0] * len(counts) for counts in call["kept"]), call
+    assert [len(call["kept"]) for call in seen] == [1, 1, 2]
+
+
+def test_an_unknown_merge_is_refused(task) -> None:
+    module = candidate_module(task, "triton_gqa_decode.py")
+    q, k, v = task.make_inputs(task.shapes("cpu")[0], 1, "cpu")
+    with pytest.raises(ValueError, match="merge"):
+        module.kernel(q, k, v, merge="tree")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "params", [{}, {"block_n": 128, "split_tokens": 2048, "num_warps": 8}, {"use_dot": False}]
+    "params",
+    [
+        {},
+        {"block_n": 128, "split_tokens": 2048, "num_warps": 8},
+        {"use_dot": False},
+        {"merge": "fold"},
+        {"merge": "fold", "block_n": 128, "split_tokens": 2048, "num_warps": 8},
+        # one warp merges 16 splits at a time: several blocks of them from 32768 tokens
+        {"merge": "fold", "split_tokens": 256, "num_warps": 1},
+    ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate
@@ -124,7 +237,8 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
 
 
 @pytest.mark.gpu
-def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(task) -> None:
+@pytest.mark.parametrize("merge", ["kernel", "fold"])
+def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(task, merge) -> None:
     """Launched with programmatic dependent launch right after kernels that write q, k and v
     200 us late, the split kernel still reads the new ones, and the merge the split's parts."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
@@ -133,8 +247,43 @@ def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(t
     shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
     q, k, v = task.make_inputs(shape, 7, "cuda")
     want = task.reference(q.double(), k.double(), v.double())
-    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256)  # noqa: E731
+    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256, merge=merge)  # noqa: E731
     assert_waits_for_late_inputs(run, (q, k, v), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("counts", ["kept", "made-while-capturing"])
+def test_the_fold_replays_in_a_cuda_graph_on_new_queries(task, counts) -> None:
+    """A CUDA graph of the fold, replayed three times on new q copied into its input, gives the
+    reference each time (the output is poisoned with NaN before each replay, so a merge that
+    did not happen shows). With counts made while capturing (more than are kept) the graph
+    zeroes its own, and the kept ones are left as they were; the kept ones end at 0."""
+    module = candidate_module(task, "triton_gqa_decode.py")  # nothing kept yet
+    shape = next(s for s in task.shapes("cuda") if s.name == "b16-kv8192")
+    q, k, v = task.make_inputs(shape, 11, "cuda")
+    # 1024 tokens: 8 splits at any batch, so the batch-1 call compiles the kernel captured.
+    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=1024, merge="fold")  # noqa: E731
+    if counts == "kept":
+        run(q, k, v)
+    else:
+        run(q[:1], k[:1], v[:1])  # 8 counts kept; the capture needs 128
+    torch.cuda.synchronize()
+    kept = module._COUNTS[q.device]
+    assert len(kept) == 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(q, k, v)
+    assert len(kept) == 1 and kept[0].numel() == (128 if counts == "kept" else 8)
+    tol = task.tolerance("bfloat16")
+    for seed in (12, 13, 14):
+        q.copy_(task.make_inputs(shape, seed, "cuda")[0])
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = task.reference(q.double(), k.double(), v.double())
+        err = torch.linalg.vector_norm(out.double() - want) / torch.linalg.vector_norm(want)
+        assert float(err) < tol, (seed, float(err))
+        assert int(kept[0].abs().sum()) == 0
 
 
 def test_auto_split_takes_1024_tokens_unless_that_leaves_sms_idle(task) -> None:
@@ -150,8 +299,9 @@ def test_auto_split_takes_1024_tokens_unless_that_leaves_sms_idle(task) -> None:
 @pytest.mark.parametrize("num_stages", [1, 3])
 def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_stages) -> None:
     """Compiled for sm_90 (no GPU needed), at a pipelined and an unpipelined launch: the split
-    and the merge kernels let their dependents launch, and load nothing before
-    griddepcontrol.wait (q comes from the kernel before; the cache may too)."""
+    kernel (merging or not), and the merge kernel let their dependents launch, and load, store
+    and count nothing before griddepcontrol.wait (q comes from the kernel before; the cache may
+    too)."""
     module = candidate_module(task, "triton_gqa_decode.py")
     scalars = ("kv_len", "tokens_per_split", "n_splits")
     strides = ("stride_qb", "stride_qh", "stride_kb", "stride_kh", "stride_kn")
@@ -161,8 +311,15 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     types |= dict.fromkeys(scalars + strides, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64}
     constexprs |= {"USE_DOT": True, "PDL": True}
-    split = hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages)
+    unfolded = constexprs | {"FOLD": False, "BLOCK_S": 1, "out_ptr": None, "count_ptr": None}
+    split = hopper_ptx(module._split_kernel, types, unfolded, 4, num_stages)
     assert_weights_stream_before_the_wait(split, 0)
+    assert "atom." not in split
+    folded = constexprs | {"FOLD": True, "BLOCK_S": 64}
+    fold_types = types | {"out_ptr": "*bf16", "count_ptr": "*i32"}
+    fold = hopper_ptx(module._split_kernel, fold_types, folded, 4, num_stages)
+    assert_weights_stream_before_the_wait(fold, 0)
+    assert "atom.global.gpu.acq_rel.add" in fold
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
     merge = hopper_ptx(module._merge_kernel, types, {"D": 128, "BLOCK_S": 16, "PDL": True}, 4)
     assert_weights_stream_before_the_wait(merge, 0)
