@@ -5,9 +5,9 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [mla_decode] [prefill_attention] [fp8_gemm]
+#       [gqa_fold] [mla_decode] [prefill_attention] [fp8_gemm]
 #
-# No stage named: all but gqa_b1 and gqa_b1short (estimated 5-7 minutes on an H200; split across calls if
+# No stage named: all but gqa_b1, gqa_b1short and gqa_fold (estimated 5-7 minutes on an H200; split across calls if
 # needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -120,6 +120,25 @@ for stage in $STAGES; do
             '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":256}' \
             '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":512}' \
             '{"block_n":64,"num_warps":8,"num_stages":4,"split_tokens":256}'
+        ;;
+    gqa_fold)
+        # Batch 1, the decoder block's caches: the tables' launches (session 10) as two kernels
+        # (the split kernel, then the merge) and with the merge folded into the split kernel,
+        # each against every peer; then a few more folded launches against SDPA at 4096 tokens.
+        bench gqa_decode triton_gqa_decode.py kernel4k \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256}' "" b1-kv4096
+        bench gqa_decode triton_gqa_decode.py fold4k \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}' "" b1-kv4096
+        bench gqa_decode triton_gqa_decode.py kernel32k \
+            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":2048}' "" b1-kv32768
+        bench gqa_decode triton_gqa_decode.py fold32k \
+            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":2048,"merge":"fold"}' "" b1-kv32768
+        sweep gqa_decode triton_gqa_decode.py foldsweep sdpa-gqa b1-kv4096 \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":512,"merge":"fold"}' \
+            '{"block_n":128,"num_warps":8,"num_stages":2,"split_tokens":256,"merge":"fold"}' \
+            '{"block_n":64,"num_warps":8,"num_stages":3,"split_tokens":256,"merge":"fold"}' \
+            '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}'
         ;;
     gqa_b1)
         # Batch 1, where the kernel streams at 88 % (131072 tokens) and 74 % (32768) of copy and
