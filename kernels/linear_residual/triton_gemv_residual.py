@@ -49,9 +49,10 @@ def _gemv_residual(
         # a row past M reads and writes nothing: its bounds are 0
         x_ok = rk < tl.where(row < M, K, 0)
         x = tl.load(x_ptr + row * K + rk, mask=x_ok, other=0.0).to(tl.float32)
-        acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         out_ok = rn < tl.where(row < M, N, 0)
-        acc += tl.load(r_ptr + row * N + rn, mask=out_ok, other=0.0).to(tl.float32)
+        # fetched with x, before the sum's barrier, so that its latency is not paid after it
+        res = tl.load(r_ptr + row * N + rn, mask=out_ok, other=0.0).to(tl.float32)
+        acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1) + res
         tl.store(y_ptr + row * N + rn, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
 
 

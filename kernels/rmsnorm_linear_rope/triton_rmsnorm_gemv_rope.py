@@ -74,14 +74,14 @@ def _rmsnorm_gemv_rope(
         # a row past M reads and writes nothing: its bounds are 0
         x_ok = rk < tl.where(row < M, K, 0)
         x = tl.load(x_ptr + row * K + rk, mask=x_ok, other=0.0).to(tl.float32)
+        # fetched with x, before the sums' barriers; a v program rotates by nothing: cos 1, sin 0
+        turns = lane < tl.where(row < M, tl.where(is_qk, BLOCK_N, 0), 0)
+        c = tl.load(cos_ptr + row * HALF + j, mask=turns, other=1.0)
+        s = tl.load(sin_ptr + row * HALF + j, mask=turns, other=0.0)
         scale = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
         xg = (x * g.to(tl.float32))[None, :]
         za = tl.sum(w_a.to(tl.float32) * xg, axis=1) * scale
         zb = tl.sum(w_b.to(tl.float32) * xg, axis=1) * scale
-        # a v program rotates by nothing: cos 1, sin 0
-        turns = lane < tl.where(row < M, tl.where(is_qk, BLOCK_N, 0), 0)
-        c = tl.load(cos_ptr + row * HALF + j, mask=turns, other=1.0)
-        s = tl.load(sin_ptr + row * HALF + j, mask=turns, other=0.0)
         out = tl.where(is_qk, qk_ptr + row * N_QK, v_ptr + row * N_V)
         n_row = tl.where(row < M, n_out, 0)
         tl.store(out + row_a, (za * c - zb * s).to(qk_ptr.dtype.element_ty), mask=row_a < n_row)

@@ -81,8 +81,8 @@ def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path)
     # K of 72 padded to 128, two rows a program over 3 and 16 rows (the last program short)
     params = {"per_lane": 1, "block_n": 2, "rows": 2}
     bug = (  # drops the residual
-        "acc += tl.load(r_ptr + row * N + rn, mask=out_ok, other=0.0).to(tl.float32)",
-        "acc += 0.0",
+        "acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1) + res",
+        "acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)",
     )
     assert_interpreted_and_mutant_caught(task, "triton_gemv_residual.py", params, bug, tmp_path)
 
