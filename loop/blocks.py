@@ -742,6 +742,26 @@ def compiled_block(block: Block, backend: str = "inductor") -> Block:
     )
 
 
+def stacked_block(blocks: list[Block]) -> Block:
+    """Blocks run in sequence, as a model's layers are: each with its own weights and, at
+    decode, its own caches (`make_inputs(..., layers=len(blocks))` stacks them on a leading
+    layer dim). `decode` returns the last output and every layer's new cache entries."""
+
+    def decode(x, caches_a, caches_b, cos, sin):
+        new = []
+        for i, block in enumerate(blocks):
+            x, a, b = block.decode(x, caches_a[i], caches_b[i], cos, sin)
+            new += [a, b]
+        return (x, *new)
+
+    def prefill(x, cos, sin):
+        for block in blocks:
+            (x,) = block.prefill(x, cos, sin)
+        return (x,)
+
+    return Block(blocks[0].cfg, decode, prefill, blocks[0].label)
+
+
 # ---------------------------------------------------------------------------------- inputs
 
 
@@ -761,15 +781,18 @@ def make_inputs(
     length: int,
     device: str | torch.device = "cpu",
     seed: int = 0,
+    layers: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Inputs of `Block.decode` (mode "decode", `length` = context, the new token at position
-    length - 1) or `Block.prefill` (mode "prefill", `length` = tokens), in the device's dtype.
+    length - 1) or `Block.prefill` (mode "prefill", `length` = tokens), in the device's dtype;
+    with `layers`, of a `stacked_block` of that many (the caches on a leading layer dim).
     Activations and caches ~ N(0, 1)."""
     if mode not in ("decode", "prefill"):
         raise ValueError(f"mode must be 'decode' or 'prefill', got {mode!r}")
-    for name, value in (("batch", batch), ("length", length)):
+    for name, value in (("batch", batch), ("length", length), ("layers", layers or 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    stack = () if layers is None else (layers,)
     dtype = default_dtype(device)
     gen = torch.Generator(device=device).manual_seed(seed)
 
@@ -783,6 +806,10 @@ def make_inputs(
     cos, sin = rope_tables(cfg, pos)
     x = draw(batch, cfg.hidden)
     if isinstance(cfg, LlamaConfig):
-        shape = (batch, cfg.kv_heads, length, cfg.head_dim)
+        shape = (*stack, batch, cfg.kv_heads, length, cfg.head_dim)
         return x, draw(*shape), draw(*shape), cos, sin
-    return x, draw(batch, length, cfg.kv_lora_rank), draw(batch, length, cfg.rope_dim), cos, sin
+    ckv, kpe = (
+        draw(*stack, batch, length, cfg.kv_lora_rank),
+        draw(*stack, batch, length, cfg.rope_dim),
+    )
+    return x, ckv, kpe, cos, sin

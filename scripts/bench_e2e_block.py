@@ -8,10 +8,15 @@ scripts/dispatch_from_bench.py) pick, and torch.compile of that tuned block (GPU
 For every size: each variant's relative error against the block in float32 (the bf16 block's
 weights and inputs upcast) and that of a CUDA graph replay against a direct call, then the four
 variants interleaved (baselines.timer, several captures per variant, rotated block by block as
-the evaluator does; 2 where 8 run out of memory), with median intervals and the paired speedups against eager and compiled. Decode
-sizes also report the bytes a step must stream (weights + KV cache) per second, as a % of an SM
-copy kernel and of an SM read kernel measured in the same run, and with --profile each kernel of
-a replay and the idle gaps between them. The decode target is 90 % of copy bandwidth.
+the evaluator does; 2 where 8 run out of memory), with median intervals and the paired speedups
+against eager and compiled. Decode sizes also report the bytes a step must stream (weights + KV
+cache) per second, as a % of an SM copy kernel and of an SM read kernel measured in the same
+run, and with --profile each kernel of a replay and the idle gaps between them. The decode
+target is 90 % of copy bandwidth.
+
+With --layers N, each graph runs N blocks in sequence, each with its own weights and caches, as
+a model's decode step does: the graph's launch and its events (about 4 us, the timer's floor)
+are paid once per N blocks, and a kernel may overlap the last one of the block before it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from loop.blocks import (
     eager_ops,
     make_inputs,
     make_weights,
+    stacked_block,
     tuned_ops,
 )
 
@@ -87,10 +93,10 @@ def _enable_inductor_pdl() -> bool:
     return True
 
 
-def _errors(cfg, weights, blocks: dict, mode: str, inputs: tuple) -> dict:
-    """Each variant's largest relative error over the outputs, against the block in float32."""
-    w32 = {k: v.float() for k, v in weights.items()}
-    ref_block = decoder_block(cfg, w32, eager_ops())
+def _errors(cfg, weights: list[dict], blocks: dict, mode: str, inputs: tuple) -> dict:
+    """Each variant's largest relative error over the outputs, against the layers in float32."""
+    w32 = [{k: v.float() for k, v in layer.items()} for layer in weights]
+    ref_block = stacked_block([decoder_block(cfg, w, eager_ops()) for w in w32])
     ref = getattr(ref_block, mode)(*(t.float() for t in inputs))
     out = {}
     for label, block in blocks.items():
@@ -138,8 +144,10 @@ def _ratio(medians: list[list[float]], base: int, other: int) -> dict:
 
 
 def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captures) -> dict:
-    inputs = make_inputs(cfg, mode, batch, length, device="cuda", seed=1)
+    layers = len(weights)
+    inputs = make_inputs(cfg, mode, batch, length, device="cuda", seed=1, layers=layers)
     row: dict = {"kind": cfg.kind, "mode": mode, "batch": batch, "length": length}
+    row["layers"] = layers
     row["captures"] = captures
     t0 = time.perf_counter()
     errors = _errors(cfg, weights, blocks, mode, inputs)
@@ -171,7 +179,7 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     row["samples_per_block"] = result.samples_per_block
     row["stop_reason"] = result.stop_reason
     if mode == "decode":
-        nbytes = bytes_streamed(cfg, batch, length, itemsize=2)
+        nbytes = layers * bytes_streamed(cfg, batch, length, itemsize=2)
         row["bytes_streamed"] = nbytes
         row["stream_pct_of_copy"] = {
             v: 100 * nbytes / row["times_s"][v]["median"] / bw["copy"] for v in VARIANTS
@@ -198,6 +206,7 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
 def _print_row(row: dict) -> None:
     t = row["times_s"]
     head = f"{row['kind']:5s} {row['mode']:7s} b{row['batch']:<3d} L{row['length']:<6d}"
+    head += f" x{row['layers']} layers" if row["layers"] > 1 else ""
     us = "  ".join(f"{v} {t[v]['median'] * 1e6:9.1f} us" for v in VARIANTS)
     te, tc = row["tuned_vs_eager"], row["tuned_vs_compiled"]
     ct = row["compiled_tuned_vs_compiled"]
@@ -241,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"at decode sizes, also each kernel's time and the gaps ({', '.join(PROFILED)})",
     )
     parser.add_argument(
+        "--layers",
+        type=int,
+        default=1,
+        help="blocks in sequence in each graph, each with its own weights and caches, as a "
+        "model's layers run in one decode step's graph [default: 1]",
+    )
+    parser.add_argument(
         "--inductor-pdl",
         action="store_true",
         help="torch.compile's own kernels, in both compiled variants, launched with "
@@ -248,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    if args.layers < 1:
+        print(f"--layers: must be at least 1, got {args.layers}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench_e2e_block: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -297,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     for kind in kinds:
         cfg = KINDS[kind]()
-        weights = make_weights(cfg, "cuda", seed=0)
-        eager = decoder_block(cfg, weights, eager_ops())
-        tuned = decoder_block(cfg, weights, ops)
+        weights = [make_weights(cfg, "cuda", seed=i) for i in range(args.layers)]
+        eager = stacked_block([decoder_block(cfg, w, eager_ops()) for w in weights])
+        tuned = stacked_block([decoder_block(cfg, w, ops) for w in weights])
         blocks = {
             "eager": eager,
             "compiled": compiled_block(eager),

@@ -22,6 +22,7 @@ from loop.blocks import (
     make_inputs,
     make_weights,
     param_count,
+    stacked_block,
     tuned_ops,
 )
 from loop.tasks import load_task
@@ -528,3 +529,20 @@ def test_the_fused_ops_compose_the_unfused_ones() -> None:
     torch.testing.assert_close(v, normed @ w[12:].t())
     torch.testing.assert_close(ops.rmsnorm_linear_swiglu(x, g, w), ops.swiglu(normed @ w.t()))
     torch.testing.assert_close(ops.linear_residual(x, w[:12], r), x @ w[:12].t() + r)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_a_stack_runs_its_blocks_in_sequence_each_on_its_own_caches(cfg) -> None:
+    blocks = [decoder_block(cfg, make_weights(cfg, "cpu", seed=s), eager_ops()) for s in (1, 2)]
+    stack = stacked_block(blocks)
+    x, caches_a, caches_b, cos, sin = make_inputs(cfg, "decode", 2, 5, seed=3, layers=2)
+    assert caches_a.shape[0] == caches_b.shape[0] == 2
+    out = stack.decode(x, caches_a, caches_b, cos, sin)
+    first = blocks[0].decode(x, caches_a[0], caches_b[0], cos, sin)
+    second = blocks[1].decode(first[0], caches_a[1], caches_b[1], cos, sin)
+    assert len(out) == 5
+    for got, want in zip(out, (second[0], *first[1:], *second[1:]), strict=True):
+        assert torch.equal(got, want)
+    xp, cos_p, sin_p = make_inputs(cfg, "prefill", 1, 4, seed=3, layers=2)
+    (once,) = blocks[0].prefill(xp, cos_p, sin_p)
+    assert torch.equal(stack.prefill(xp, cos_p, sin_p)[0], blocks[1].prefill(once, cos_p, sin_p)[0])
