@@ -507,6 +507,10 @@ def _tuned_op(
     # so one that grew between two call sites of this op would be read stale. Kernels go into
     # _KERNELS, which only the custom op reads.
     traced = [eager, *task.module.PEERS.values()]
+    # What the custom op's fake runs while the compiler traces, for the outputs' shapes: the
+    # plain eager op, not `eager`, whose composition of tuned ops would consult their tables at
+    # dims the block never runs them at (and note them).
+    shapes_of = getattr(eager_ops(), op)
     resolved: dict[tuple, tuple[int | None, int | None]] = {}
     # Every tuned op's `run` shares one code object, and an assumed-constant result is not
     # guarded: passing this op's own number makes dynamo guard on it, so a block compiled from
@@ -520,7 +524,7 @@ def _tuned_op(
         if key not in resolved:
             fn, opaque = resolve(dict(key))
             if opaque:
-                _KERNELS.append((fn, eager))
+                _KERNELS.append((fn, shapes_of))
                 resolved[key] = (None, len(_KERNELS) - 1)
             else:
                 resolved[key] = (traced.index(fn), None)

@@ -11,9 +11,9 @@ count back to 0. The counts live in one buffer per device, zeroed once when it i
 call pays a kernel to zero them (nor does a CUDA graph's replay); calls on the same device must
 therefore not overlap (run them on one stream, as torch does by default).
 
-On Hopper and later the kernels are launched with programmatic dependent launch: each lets the
-kernel after it launch at once and waits (`gdc_wait`) for the kernel before it before it reads
-anything, so a launch's latency passes while the kernel before it drains."""
+On Hopper and later the kernels are launched with programmatic dependent launch: each waits
+(`gdc_wait`) for the kernel before it before it reads anything, then lets the kernel after it
+launch, so a launch's latency passes while the kernel before it drains."""
 
 import functools
 import math
@@ -52,8 +52,8 @@ def _split_kernel(
     BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = pid_bh // HKV
@@ -139,8 +139,8 @@ def _merge_kernel(
     po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
 ):  # fmt: skip
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     _merge_head(po_ptr, plse_ptr, out_ptr, tl.program_id(0), n_splits, D, BLOCK_S)
 
 

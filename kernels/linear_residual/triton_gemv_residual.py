@@ -7,8 +7,9 @@ lane about `per_lane` 16-byte vectors; then it dots each of up to `rows` rows of
 
 On Hopper and later the kernel is launched with programmatic dependent launch. Its W loads,
 which nothing earlier in the stream writes, are issued before `gdc_wait`, so they stream while
-the kernel before it drains; x and r are read, and y written, only after the wait. It lets the
-kernel after it launch at once (`gdc_launch_dependents`) for the same reason.
+the kernel before it drains; x and r are read, and y written, only after the wait. Right after
+the wait it lets the kernel after it launch (`gdc_launch_dependents`), so that kernel may rely on
+everything before this one being done, as torch.compile's PDL kernels do.
 """
 
 import functools
@@ -42,8 +43,8 @@ def _gemv_residual(
         mask=n_ok[:, None] & k_ok[None, :], other=0.0, eviction_policy="evict_first",
     )  # fmt: skip
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     for i in tl.static_range(ROWS):
         row = (m0 + i).to(tl.int64)
         # a row past M reads and writes nothing: its bounds are 0

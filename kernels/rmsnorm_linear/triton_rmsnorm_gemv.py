@@ -8,8 +8,9 @@ lane about `per_lane` 16-byte vectors; then it normalises and dots each of up to
 
 On Hopper and later the kernel is launched with programmatic dependent launch. Its W and g
 loads, which nothing earlier in the stream writes, are issued before `gdc_wait`, so they stream
-while the kernel before it drains; x is read, and y written, only after the wait. It lets the
-kernel after it launch at once (`gdc_launch_dependents`) for the same reason.
+while the kernel before it drains; x is read, and y written, only after the wait. Right after the
+wait it lets the kernel after it launch (`gdc_launch_dependents`), so that kernel may rely on
+everything before this one being done, as torch.compile's PDL kernels do.
 """
 
 import functools
@@ -45,8 +46,8 @@ def _rmsnorm_gemv(
     )  # fmt: skip
     g = tl.load(g_ptr + rk, mask=k_ok, other=0.0)
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     for i in tl.static_range(ROWS):
         row = (m0 + i).to(tl.int64)
         # a row past M reads and writes nothing: its bounds are 0

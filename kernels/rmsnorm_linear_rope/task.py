@@ -167,4 +167,8 @@ FORBIDDEN_OPS = (
     "batch_norm",
     "instance_norm",
     "normalize",
+    "apply_rotary_emb",
+    "apply_rotary_pos_emb",
+    "rotary_embedding",
+    "rotary_emb",
 )

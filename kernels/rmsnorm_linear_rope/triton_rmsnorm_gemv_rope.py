@@ -13,7 +13,8 @@ cos and sin.
 On Hopper and later the kernel is launched with programmatic dependent launch. Its W and g
 loads, which nothing earlier in the stream writes, are issued before `gdc_wait`, so they stream
 while the kernel before it drains; x, cos and sin are read, and the outputs written, only after
-the wait. It lets the kernel after it (the attention) launch at once for the same reason.
+the wait. Right after the wait it lets the kernel after it (the attention) launch, so that
+kernel may rely on everything before this one being done, as torch.compile's PDL kernels do.
 """
 
 import functools
@@ -67,8 +68,8 @@ def _rmsnorm_gemv_rope(
     )  # fmt: skip
     g = tl.load(g_ptr + rk, mask=k_ok, other=0.0)
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     for i in tl.static_range(ROWS):
         row = (m0 + i).to(tl.int64)
         # a row past M reads and writes nothing: its bounds are 0

@@ -10,8 +10,9 @@ then it normalises and dots each of up to `rows` rows of x.
 
 On Hopper and later the kernel is launched with programmatic dependent launch. Its W and g
 loads, which nothing earlier in the stream writes, are issued before `gdc_wait`, so they stream
-while the kernel before it drains; x is read, and y written, only after the wait. It lets the
-kernel after it (the down projection) launch at once for the same reason.
+while the kernel before it drains; x is read, and y written, only after the wait. Right after the
+wait it lets the kernel after it (the down projection) launch, so that kernel may rely on
+everything before this one being done, as torch.compile's PDL kernels do.
 """
 
 import functools
@@ -41,16 +42,16 @@ def _rmsnorm_gemv_swiglu(
     rk = tl.arange(0, K_PAD)
     n_ok = rn < F
     k_ok = rk < K
-    tile = rn[:, None].to(tl.int64) * K + rk[None, :]
     tile_ok = n_ok[:, None] & k_ok[None, :]
-    w_gate = tl.load(w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first")
-    w_up = tl.load(
-        w_ptr + F.to(tl.int64) * K + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first"
-    )
+    gate_rows = w_ptr + rn[:, None].to(tl.int64) * K + rk[None, :]
+    # (rn + F), not F.to(...): an F of 1 is a constexpr to Triton, with no .to
+    up_rows = w_ptr + (rn + F)[:, None].to(tl.int64) * K + rk[None, :]
+    w_gate = tl.load(gate_rows, mask=tile_ok, other=0.0, eviction_policy="evict_first")
+    w_up = tl.load(up_rows, mask=tile_ok, other=0.0, eviction_policy="evict_first")
     g = tl.load(g_ptr + rk, mask=k_ok, other=0.0)
     if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     for i in tl.static_range(ROWS):
         row = (m0 + i).to(tl.int64)
         # a row past M reads and writes nothing: its bounds are 0

@@ -214,13 +214,15 @@ def hopper_ptx(
 
 
 def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_early: int = 0):
-    """Programmatic dependent launch done safely: the kernel lets its dependents launch, issues
-    its `weight_vectors` 16-byte weight loads a thread (the evict-first ones) and `other_early`
-    other loads of data nothing earlier writes before `griddepcontrol.wait`, and reads
-    everything else, and writes, only after it."""
+    """Programmatic dependent launch done safely: the kernel issues its `weight_vectors` 16-byte
+    weight loads a thread (the evict-first ones) and `other_early` other loads of data nothing
+    earlier writes before `griddepcontrol.wait`, reads everything else, and writes, only after
+    it, and lets its dependents launch only after it (so they may rely on everything before
+    this kernel being done, as torch.compile's PDL kernels do)."""
     before, wait, after = ptx.partition("griddepcontrol.wait")
     assert wait, "no griddepcontrol.wait"
-    assert "griddepcontrol.launch_dependents" in before
+    assert "griddepcontrol.launch_dependents" in after
+    assert "griddepcontrol.launch_dependents" not in before
 
     def loads(text: str) -> list[str]:
         return [line for line in text.splitlines() if "ld.global" in line or "cp.async" in line]

@@ -95,8 +95,8 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
             "xg = x[None, :]",
         ),
         (  # reads the up rows from the gate's (the second half of W never read)
-            "w_ptr + F.to(tl.int64) * K + tile",
-            "w_ptr + tile",
+            "up_rows = w_ptr + (rn + F)[:, None]",
+            "up_rows = w_ptr + rn[:, None]",
         ),
     ],
 )

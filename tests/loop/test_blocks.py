@@ -546,3 +546,22 @@ def test_a_stack_runs_its_blocks_in_sequence_each_on_its_own_caches(cfg) -> None
     xp, cos_p, sin_p = make_inputs(cfg, "prefill", 1, 4, seed=3, layers=2)
     (once,) = blocks[0].prefill(xp, cos_p, sin_p)
     assert torch.equal(stack.prefill(xp, cos_p, sin_p)[0], blocks[1].prefill(once, cos_p, sin_p)[0])
+
+
+def test_compiling_a_tuned_block_consults_no_table_at_dims_it_never_runs(tmp_path: Path) -> None:
+    """The fused kernels' fakes (the outputs' shapes while the compiler traces) are the plain
+    eager ops: a composition of tuned ops would look their tables up at dims the block never
+    runs them at, and leave notes saying so."""
+    tables = _entries(LLAMA, "decode", fused=True, epilogues=True)
+    tables["rmsnorm_linear"] = _entries(LLAMA, "decode")["rmsnorm_linear"]  # never needed
+    _write_tables(tmp_path, tables)
+    ops = tuned_ops(tmp_path, "cpu")
+    block = decoder_block(LLAMA, make_weights(LLAMA, "cpu", seed=1), ops)
+    inputs = make_inputs(LLAMA, "decode", *SIZES["decode"], seed=2)
+    direct = block.decode(*inputs)
+    notes = list(ops.notes)
+    assert not any(n.startswith("rmsnorm_linear (") for n in notes), notes
+    compiled = compiled_block(block, backend="eager").decode(*inputs)
+    assert ops.notes == notes
+    for got, want in zip(compiled, direct, strict=True):
+        torch.testing.assert_close(got, want)
