@@ -104,6 +104,9 @@ GEMV_PEERS = ["cublas", "eager"]
 FUSED_PEERS = ["eager", "torch.compile"]
 SPLITK_GRID = _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]})
 TRITON_GEMV_GRID = _grid({"per_lane": [1, 2, 4], "block_n": [1, 2]})
+# The tensor-core ones at 16 rows: tile width, K step and slices (the last slice's program adds
+# the partials and runs the epilogue).
+TRITON_GEMM_GRID = _grid({"block_n": [64, 128], "block_k": [128, 256], "split_k": [1, 2, 4, 8]})
 # All but k_warps 16 with n_tiles 4, which the kernel refuses (its partial tiles' shared memory).
 MMA_GRID = [
     c
@@ -278,6 +281,21 @@ PLANS = [
             Plan(task, cupy, [f"m1-{nk}", f"m16-{nk}"], SPLITK_GRID, tag=tag, peers=FUSED_PEERS),
             Plan(task, triton, [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
         )
+    ),
+    # The residual-add GEMM on tensor cores at 16 rows (batch 16's o and down projections).
+    *(
+        Plan(
+            "linear_residual",
+            "triton_gemm_residual.py",
+            shapes,
+            TRITON_GEMM_GRID,
+            tag=tag,
+            peers=FUSED_PEERS,
+        )
+        for tag, shapes in [
+            ("o16", ["m16-n4096-k4096", "m4-n4096-k4096"]),
+            ("down16", ["m16-n4096-k14336", "m4-n4096-k14336"]),
+        ]
     ),
     # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,
     # qkv projection and rope (Llama-3-8B's), swept at one token; at 16 rows the peers are

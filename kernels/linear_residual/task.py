@@ -97,7 +97,12 @@ PEERS = {"eager": eager}
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["cupy_gemv_residual.py", "triton_gemv_residual.py", "torch_linear_residual.py"],
+    "cuda": [
+        "cupy_gemv_residual.py",
+        "triton_gemv_residual.py",
+        "triton_gemm_residual.py",
+        "torch_linear_residual.py",
+    ],
     "cpu": ["torch_linear_residual.py"],
 }
 

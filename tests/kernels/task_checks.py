@@ -187,12 +187,18 @@ def edge_rows(cols: int) -> torch.Tensor:
 
 
 def hopper_ptx(
-    fn, types: dict[str, str], constexprs: dict, num_warps: int, num_stages: int = 3
+    fn,
+    types: dict[str, str],
+    constexprs: dict,
+    num_warps: int,
+    num_stages: int = 3,
+    multiples_of_16: tuple[str, ...] = (),
 ) -> str:
     """The PTX Triton gives the JIT function `fn` for an H100/H200 (sm_90), compiled here with
     no GPU. `types` maps each runtime argument to its Triton type ("*bf16", "i32", "fp32");
     every other argument is one of `constexprs`. Pointers are taken as 16-byte aligned, as torch
-    allocates them."""
+    allocates them, and the integers named in `multiples_of_16` as multiples of 16, as Triton
+    specialises them at a launch where they are (K = 4096, say)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -202,7 +208,7 @@ def hopper_ptx(
     aligned = {
         (i,): [["tt.divisibility", 16]]
         for i, name in enumerate(names)
-        if signature[name].startswith("*")
+        if signature[name].startswith("*") or name in multiples_of_16
     }
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
     compiled = triton.compile(

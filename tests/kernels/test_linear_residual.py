@@ -99,6 +99,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("cupy_gemv_residual.py", {}),
             ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
             ("triton_gemv_residual.py", {}),
+            ("triton_gemm_residual.py", {}),
+            ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
             ("torch_linear_residual.py", {}),
         ],
     )
@@ -112,6 +114,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
     [
         ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 2, "rows": 4}),
         ("triton_gemv_residual.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
+        ("triton_gemm_residual.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
     ],
 )
 def test_the_fused_gemv_adds_each_rows_own_residual(task, candidate, params) -> None:
@@ -156,3 +159,100 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
     assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r), (x, r), want)
+
+
+@pytest.mark.parametrize("params", [{"split_k": 1}, {"split_k": 2}])
+def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(task, tmp_path, params):
+    """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of each tile
+    sums the slices); the mutant forgets the residual where the slices meet."""
+    params = {"block_n": 16, "block_k": 64, **params}
+    bug = (
+        "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n            tl.store",
+        "tl.store",
+    )
+    if params["split_k"] == 1:
+        bug = (
+            "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n        tl.store",
+            "tl.store",
+        )
+    assert_interpreted_and_mutant_caught(task, "triton_gemm_residual.py", params, bug, tmp_path)
+
+
+def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
+    """Three calls under the interpreter, the second on more tiles (the kept count buffer
+    grows): each right, and every count back at 0, so no call pays a zero-fill."""
+    script = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, os.getcwd())
+import torch
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path("kernels/linear_residual/triton_gemm_residual.py"))
+gen = torch.Generator().manual_seed(0)
+for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
+    x, r = torch.randn(rows, k, generator=gen), torch.randn(rows, n, generator=gen)
+    w = torch.randn(n, k, generator=gen)
+    got = m.kernel(x, w, r, block_n=16, block_k=64, split_k=3)
+    torch.testing.assert_close(got, x @ w.t() + r, atol=1e-4, rtol=1e-4)
+counts = m._COUNTS[torch.device("cpu")]
+print(len(counts), [int(c.abs().sum()) for c in counts])
+"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", "[0,", "0]"], done.stdout
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, splits) -> None:
+    """Compiled for sm_90 (no GPU needed) at 4096 x 4096: the first W tile's loads come before
+    griddepcontrol.wait, everything else (x, r, the partials, the count) after it."""
+    module = candidate_module(task, "triton_gemm_residual.py")
+    types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
+    types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
+    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
+    ptx = hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
+    assert_weights_stream_before_the_wait(ptx, 64 * 128 * 2 // 16 // 128)
+    assert "mma.sync" in ptx
+
+
+@pytest.mark.gpu
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
+    """At 16 rows, launched with programmatic dependent launch right after kernels that write x
+    and r late, it still reads the new ones (its first W tile streams early)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_gemm_residual.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k4096")
+    x, w, r = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), w.double(), r.double())
+    assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r), (x, r), want)
+
+
+@pytest.mark.gpu
+def test_the_tensor_core_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero(task) -> None:
+    """Replays of one captured call on new x each give the right sums, and leave every
+    arrival count at 0 (no zero-fill between calls or replays)."""
+    module = candidate_module(task, "triton_gemm_residual.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k14336")
+    x, w, r = task.make_inputs(shape, 3, "cuda")
+    module.kernel(x, w, r, split_k=4)  # the kept counts exist before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = module.kernel(x, w, r, split_k=4)
+    for seed in range(3):
+        x.copy_(task.make_inputs(shape, 10 + seed, "cuda")[0])
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = task.reference(x.double(), w.double(), r.double())
+        torch.testing.assert_close(y.double(), want, atol=2e-2, rtol=2e-2)
+    assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
