@@ -282,19 +282,28 @@ PLANS = [
             Plan(task, triton, [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
         )
     ),
-    # The residual-add GEMM on tensor cores at 16 rows (batch 16's o and down projections).
+    # The fused GEMMs on tensor cores at 16 rows (batch 16's o, down and gate/up projections).
     *(
-        Plan(
-            "linear_residual",
-            "triton_gemm_residual.py",
-            shapes,
-            TRITON_GEMM_GRID,
-            tag=tag,
-            peers=FUSED_PEERS,
-        )
-        for tag, shapes in [
-            ("o16", ["m16-n4096-k4096", "m4-n4096-k4096"]),
-            ("down16", ["m16-n4096-k14336", "m4-n4096-k14336"]),
+        Plan(task, candidate, shapes, TRITON_GEMM_GRID, tag=tag, peers=FUSED_PEERS)
+        for task, candidate, tag, shapes in [
+            (
+                "linear_residual",
+                "triton_gemm_residual.py",
+                "o16",
+                ["m16-n4096-k4096", "m4-n4096-k4096"],
+            ),
+            (
+                "linear_residual",
+                "triton_gemm_residual.py",
+                "down16",
+                ["m16-n4096-k14336", "m4-n4096-k14336"],
+            ),
+            (
+                "rmsnorm_linear_swiglu",
+                "triton_rmsnorm_gemm_swiglu.py",
+                "gateup16",
+                ["m16-f14336-k4096", "m4-f14336-k4096"],
+            ),
         ]
     ),
     # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,

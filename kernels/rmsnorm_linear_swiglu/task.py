@@ -109,7 +109,11 @@ PEERS = {"eager": eager}
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["triton_rmsnorm_gemv_swiglu.py", "torch_rmsnorm_linear_swiglu.py"],
+    "cuda": [
+        "triton_rmsnorm_gemv_swiglu.py",
+        "triton_rmsnorm_gemm_swiglu.py",
+        "torch_rmsnorm_linear_swiglu.py",
+    ],
     "cpu": ["torch_rmsnorm_linear_swiglu.py"],
 }
 

@@ -240,3 +240,24 @@ def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_e
     assert "st.global" not in before and "atom." not in before
     assert loads(after) and "st.global" in after
     assert not [line for line in loads(after) if "evict_first" in line]
+
+
+def run_interpreted(script: str) -> str:
+    """`script`'s stdout, run in a fresh Python with the Triton interpreter on and the checkout
+    on its path (the interpreter must be chosen before Triton loads, so not in this process)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    prelude = (
+        f"import os, sys\nos.environ['TRITON_INTERPRET'] = '1'\nsys.path.insert(0, {str(root)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + script],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout

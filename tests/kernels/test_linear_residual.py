@@ -17,6 +17,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
+    run_interpreted,
 )
 
 # Drops the residual.
@@ -182,9 +183,6 @@ def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
     """Three calls under the interpreter, the second on more tiles (the kept count buffer
     grows): each right, and every count back at 0, so no call pays a zero-fill."""
     script = """
-import os, sys
-os.environ["TRITON_INTERPRET"] = "1"
-sys.path.insert(0, os.getcwd())
 import torch
 from pathlib import Path
 from tests.source_files import import_file
@@ -198,16 +196,7 @@ for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
 counts = m._COUNTS[torch.device("cpu")]
 print(len(counts), [int(c.abs().sum()) for c in counts])
 """
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["2", "[0,", "0]"], done.stdout
+    assert run_interpreted(script).split() == ["2", "[0,", "0]"]
 
 
 @pytest.mark.parametrize("splits", [1, 4])

@@ -16,6 +16,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
+    run_interpreted,
 )
 
 # Swaps gate and up: silu(up) * gate, right only where the two halves agree.
@@ -131,6 +132,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         [
             ("triton_rmsnorm_gemv_swiglu.py", {}),
             ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 4, "block_n": 2, "rows": 4}),
+            ("triton_rmsnorm_gemm_swiglu.py", {}),
+            ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 32}),
             ("torch_rmsnorm_linear_swiglu.py", {}),
         ],
     )
@@ -139,11 +142,18 @@ def test_gpu_candidates_match_the_reference(task) -> None:
 
 
 @pytest.mark.gpu
-def test_the_fused_kernel_normalises_each_row_on_its_own(task) -> None:
+@pytest.mark.parametrize(
+    "candidate,params",
+    [
+        ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
+        ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
+    ],
+)
+def test_the_fused_kernel_normalises_each_row_on_its_own(task, candidate, params) -> None:
     """Rows of very different scales (and one of zeros, where only eps keeps it finite) in one
     launch, a K that leaves lanes short, an f the programs do not divide, and more rows than a
     program takes."""
-    module = candidate_module(task, "triton_rmsnorm_gemv_swiglu.py")
+    module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
     for m, f, k in [(3, 1001, 4104), (4, 64, 8), (9, 300, 4096)]:
         x = torch.randn(m, k, generator=gen, device="cuda")
@@ -152,7 +162,7 @@ def test_the_fused_kernel_normalises_each_row_on_its_own(task) -> None:
         x = x.bfloat16()
         g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).bfloat16()
         w = torch.randn(2 * f, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
-        got = module.kernel(x, g, w, per_lane=2, block_n=2, rows=4).double()
+        got = module.kernel(x, g, w, **params).double()
         want = task.reference(x.double(), g.double(), w.double())
         assert torch.isfinite(got).all() and float(got[1].abs().max()) == 0.0
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} f{f} k{k}")
@@ -169,3 +179,69 @@ def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
     x, g, w = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), g.double(), w.double())
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize(
+    "bug",
+    [
+        ("xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)", "xg = x"),  # forgets g
+        ("up_rows = w_ptr + (rn + F)[:, None]", "up_rows = w_ptr + rn[:, None]"),  # up = gate
+    ],
+)
+def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
+    task, tmp_path, bug, split_k
+) -> None:
+    """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a tile adds
+    the slices' partials and sums of squares)."""
+    params = {"block_n": 16, "block_k": 64, "split_k": split_k}
+    candidate = "triton_rmsnorm_gemm_swiglu.py"
+    assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
+    """Three calls under the interpreter, the second on more tiles (the kept count buffer
+    grows): each right, and every count back at 0, so no call pays a zero-fill."""
+    script = """
+import torch
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path("kernels/rmsnorm_linear_swiglu/triton_rmsnorm_gemm_swiglu.py"))
+task = import_file(Path("kernels/rmsnorm_linear_swiglu/task.py"))
+gen = torch.Generator().manual_seed(0)
+for rows, f, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
+    x, g = torch.randn(rows, k, generator=gen), torch.randn(k, generator=gen)
+    w = torch.randn(2 * f, k, generator=gen)
+    got = m.kernel(x, g, w, block_n=16, block_k=64, split_k=3)
+    want = task.reference(x.double(), g.double(), w.double()).float()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+counts = m._COUNTS[torch.device("cpu")]
+print(len(counts), [int(c.abs().sum()) for c in counts])
+"""
+    assert run_interpreted(script).split() == ["2", "[0,", "0]"]
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(task, splits) -> None:
+    """Compiled for sm_90 (no GPU needed) at Llama-3-8B's MLP: the first gate and up W tiles'
+    loads come before griddepcontrol.wait; everything else after it."""
+    module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
+    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
+    aligned = ("F", "K", "k_per_split")
+    ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, aligned)
+    assert_weights_stream_before_the_wait(ptx, 2 * 64 * 128 * 2 // 16 // 128)
+    assert "mma.sync" in ptx
+
+
+@pytest.mark.gpu
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-f14336-k4096")
+    x, g, w = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), g.double(), w.double())
+    assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w, split_k=2), (x,), want)
