@@ -306,6 +306,14 @@ PLANS = [
             ),
         ]
     ),
+    Plan(
+        "rmsnorm_linear_rope",
+        "triton_rmsnorm_gemm_rope.py",
+        ["m16-qk40-v8-d128-k4096", "m4-qk40-v8-d128-k4096"],
+        _grid({"block_n": [32, 64], "block_k": [128, 256], "split_k": [1, 2, 4, 8]}),
+        tag="qkv16",
+        peers=FUSED_PEERS,
+    ),
     # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,
     # qkv projection and rope (Llama-3-8B's), swept at one token; at 16 rows the peers are
     # expected to keep the shapes.

@@ -137,7 +137,11 @@ PEERS = {"eager": eager}
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["triton_rmsnorm_gemv_rope.py", "torch_rmsnorm_linear_rope.py"],
+    "cuda": [
+        "triton_rmsnorm_gemv_rope.py",
+        "triton_rmsnorm_gemm_rope.py",
+        "torch_rmsnorm_linear_rope.py",
+    ],
     "cpu": ["torch_rmsnorm_linear_rope.py"],
 }
 

@@ -16,6 +16,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
+    run_interpreted,
 )
 
 # Rotates the wrong way (sin's sign flipped): right only at positions whose sines are all 0.
@@ -143,6 +144,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         [
             ("triton_rmsnorm_gemv_rope.py", {}),
             ("triton_rmsnorm_gemv_rope.py", {"per_lane": 4, "block_n": 2, "rows": 4}),
+            ("triton_rmsnorm_gemm_rope.py", {}),
+            ("triton_rmsnorm_gemm_rope.py", {"split_k": 1, "block_n": 64}),
             ("torch_rmsnorm_linear_rope.py", {}),
         ],
     )
@@ -151,13 +154,20 @@ def test_gpu_candidates_match_the_reference(task) -> None:
 
 
 @pytest.mark.gpu
-def test_the_fused_kernel_on_ragged_shapes(task) -> None:
+@pytest.mark.parametrize(
+    "candidate,params",
+    [
+        ("triton_rmsnorm_gemv_rope.py", {"per_lane": 2, "block_n": 4, "rows": 4}),
+        ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "split_k": 4}),
+    ],
+)
+def test_the_fused_kernel_on_ragged_shapes(task, candidate, params) -> None:
     """Rows of very different scales (and one of zeros, where only eps keeps it finite), a K
     that leaves lanes short, a v the programs do not divide, and more rows than a program
     takes, against the reference."""
-    module = candidate_module(task, "triton_rmsnorm_gemv_rope.py")
+    module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
-    for m, heads, n_v, d, k in [(3, 5, 24, 64, 4104), (4, 2, 8, 8, 8), (9, 40, 1000, 128, 4096)]:
+    for m, heads, n_v, d, k in [(3, 5, 24, 64, 4104), (4, 2, 8, 32, 8), (9, 40, 1000, 128, 4096)]:
         x = torch.randn(m, k, generator=gen, device="cuda")
         x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
         x[1] = 0
@@ -167,7 +177,7 @@ def test_the_fused_kernel_on_ragged_shapes(task) -> None:
         w_v = torch.randn(n_v, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
         angles = torch.rand(m, d // 2, generator=gen, device="cuda") * 6.3
         cos, sin = angles.cos(), angles.sin()
-        got = module.kernel(x, g, w_qk, w_v, cos, sin, per_lane=2, block_n=4, rows=4)
+        got = module.kernel(x, g, w_qk, w_v, cos, sin, **params)
         want = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
         for a, b, what in zip(got, want, ("qk", "v"), strict=True):
             assert torch.isfinite(a).all() and float(a[1].abs().max()) == 0.0
@@ -184,6 +194,86 @@ def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) 
 
     module = candidate_module(task, "triton_rmsnorm_gemv_rope.py")
     shape = next(s for s in task.shapes("cuda") if s.name == "m1-qk40-v8-d128-k4096")
+    x, g, w_qk, w_v, cos, sin = task.make_inputs(shape, 7, "cuda")
+    ref = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
+    want = torch.cat([t.flatten() for t in ref])
+
+    def run(x, cos, sin):
+        return torch.cat([t.flatten() for t in module.kernel(x, g, w_qk, w_v, cos, sin)])
+
+    assert_waits_for_late_inputs(run, (x, cos, sin), want)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize(
+    "bug",
+    [
+        (  # pairs a row with its neighbour instead of the row half a head away
+            "row_b = row_a + tl.where(is_qk, HALF, BLOCK_N)",
+            "row_b = row_a + tl.where(is_qk, 1, BLOCK_N)",
+        ),
+        (  # rotates v's rows too
+            "turns = m_ok[:, None] & (lane < tl.where(is_qk, BLOCK_N, 0))[None, :]",
+            "turns = m_ok[:, None] & (lane < BLOCK_N)[None, :]",
+        ),
+    ],
+)
+def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
+    task, tmp_path, bug, split_k
+) -> None:
+    """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a tile adds
+    the slices' partials and sums of squares); heads of 8 and 16."""
+    params = {"block_n": 16, "block_k": 64, "split_k": split_k}
+    candidate = "triton_rmsnorm_gemm_rope.py"
+    assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
+    """Three calls under the interpreter, the second on more tiles (the kept count buffer
+    grows): each right, and every count back at 0, so no call pays a zero-fill."""
+    script = """
+import torch
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path("kernels/rmsnorm_linear_rope/triton_rmsnorm_gemm_rope.py"))
+task = import_file(Path("kernels/rmsnorm_linear_rope/task.py"))
+gen = torch.Generator().manual_seed(0)
+for rows, heads, n_v, k in [(3, 2, 16, 72), (17, 6, 40, 200), (3, 2, 16, 72)]:
+    x, g = torch.randn(rows, k, generator=gen), torch.randn(k, generator=gen)
+    w_qk, w_v = torch.randn(heads * 16, k, generator=gen), torch.randn(n_v, k, generator=gen)
+    angles = torch.rand(rows, 8, generator=gen) * 6.3
+    args = (x, g, w_qk, w_v, angles.cos(), angles.sin())
+    got = m.kernel(*args, block_n=16, block_k=64, split_k=3)
+    for a, b in zip(got, task.reference(*(t.double() for t in args))):
+        torch.testing.assert_close(a, b.float(), atol=1e-4, rtol=1e-4)
+counts = m._COUNTS[torch.device("cpu")]
+print(len(counts), [int(c.abs().sum()) for c in counts])
+"""
+    assert run_interpreted(script).split() == ["2", "[0,", "0]"]
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(task, splits) -> None:
+    """Compiled for sm_90 (no GPU needed) at Llama-3-8B's qkv: the first two W tiles' loads come
+    before griddepcontrol.wait; everything else after it."""
+    module = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
+    types = dict.fromkeys(("x_ptr", "g_ptr", "wqk_ptr", "wv_ptr", "qk_ptr", "v_ptr"), "*bf16")
+    types |= dict.fromkeys(("cos_ptr", "sin_ptr", "part_ptr", "squares_ptr"), "*fp32")
+    types |= {"count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "N_QK", "N_V", "K", "k_per_split", "pair_programs"), "i32")
+    constexprs = {"HALF": 64, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLITS": splits}
+    aligned = ("N_QK", "N_V", "K", "k_per_split")
+    ptx = hopper_ptx(module._rmsnorm_gemm_rope, types, constexprs | {"PDL": True}, 4, 3, aligned)
+    assert_weights_stream_before_the_wait(ptx, 2 * 32 * 128 * 2 // 16 // 128)
+    assert "mma.sync" in ptx
+
+
+@pytest.mark.gpu
+def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) -> None:
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-qk40-v8-d128-k4096")
     x, g, w_qk, w_v, cos, sin = task.make_inputs(shape, 7, "cuda")
     ref = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
     want = torch.cat([t.flatten() for t in ref])
