@@ -200,6 +200,8 @@ def kernel(
     block_n = min(block_n, half)
     if half % block_n:
         raise ValueError(f"block_n {block_n} must divide head_dim / 2 = {half}")
+    if x.is_cuda and block_n < 16:
+        raise ValueError(f"tensor-core tiles are 16 wide at least: head_dim / 2 = {half}")
     x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
     cos, sin = cos.contiguous(), sin.contiguous()
     qk = torch.empty((m, n_qk), device=x.device, dtype=x.dtype)
