@@ -133,10 +133,10 @@ def weight_shapes(cfg: BlockConfig) -> dict[str, tuple[int, ...]]:
     qk_head = cfg.qk_nope_dim + cfg.rope_dim
     return {
         "attn_norm": (cfg.hidden,),
-        "wq_a": (cfg.q_lora_rank, cfg.hidden),
+        # DeepSeek's q_a_proj and kv_a_proj_with_mqa stacked, as vLLM and SGLang fuse them
+        "wqkv_a": (cfg.q_lora_rank + cfg.kv_lora_rank + cfg.rope_dim, cfg.hidden),
         "q_norm": (cfg.q_lora_rank,),
         "wq_b": (cfg.heads * qk_head, cfg.q_lora_rank),
-        "wkv_a": (cfg.kv_lora_rank + cfg.rope_dim, cfg.hidden),
         "kv_norm": (cfg.kv_lora_rank,),
         # wkv_b of DeepSeek's checkpoint, split per head into its key and value halves.
         "w_uk": (cfg.heads, cfg.qk_nope_dim, cfg.kv_lora_rank),
@@ -624,6 +624,23 @@ class Block:
     label: str = "eager"
 
 
+def _mlp(ops: Ops, w: dict[str, torch.Tensor], attn: torch.Tensor, x: torch.Tensor):
+    """The output projection onto the residual stream x, then the norm, the SwiGLU MLP and its
+    down projection onto the stream: the fused ops where a kernel runs them, else one
+    `add_rmsnorm` for the projection's add and the MLP's norm."""
+    wo, norm, w_gate_up = w["wo"], w["ffn_norm"], w["w_gate_up"]
+    norm_fused = ops.is_kernel("rmsnorm_linear_swiglu", x, norm, w_gate_up) or ops.is_kernel(
+        "rmsnorm_linear", x, norm, w_gate_up
+    )
+    if norm_fused or ops.is_kernel("linear_residual", attn, wo, x):
+        h = ops.linear_residual(attn, wo, x)
+        act = ops.rmsnorm_linear_swiglu(h, norm, w_gate_up)
+    else:  # neither is fused here: the residual add and the norm in one op
+        y, h = ops.add_rmsnorm(ops.linear(attn, wo), x, norm)
+        act = ops.swiglu(ops.linear(y, w_gate_up))
+    return ops.linear_residual(act, w["w_down"], h)
+
+
 def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
     nq, nkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
 
@@ -640,25 +657,12 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         q, k = qk.split([nq, nkv], dim=1)
         return q, k, v.reshape(-1, nkv, d)
 
-    def ffn(attn, x):
-        wo, norm, w_gate_up = w["wo"], w["ffn_norm"], w["w_gate_up"]
-        norm_fused = ops.is_kernel("rmsnorm_linear_swiglu", x, norm, w_gate_up) or ops.is_kernel(
-            "rmsnorm_linear", x, norm, w_gate_up
-        )
-        if norm_fused or ops.is_kernel("linear_residual", attn, wo, x):
-            h = ops.linear_residual(attn, wo, x)
-            act = ops.rmsnorm_linear_swiglu(h, norm, w_gate_up)
-        else:  # neither is fused here: the residual add and the norm in one op
-            y, h = ops.add_rmsnorm(ops.linear(attn, wo), x, norm)
-            act = ops.swiglu(ops.linear(y, w_gate_up))
-        return ops.linear_residual(act, w["w_down"], h)
-
     def decode(x, k_cache, v_cache, cos, sin):
         """x (B, hidden); caches (B, kv_heads, L, d) holding the new token's slot; cos and sin
         (B, d/2) at the new token's position. Returns (out, k_new, v_new)."""
         q, k, v = attention_in(x, cos, sin)
         attn = ops.attention_decode(q, k_cache, v_cache)
-        return ffn(attn.reshape(x.shape[0], nq * d), x), k, v
+        return _mlp(ops, w, attn.reshape(x.shape[0], nq * d), x), k, v
 
     def prefill(x, cos, sin):
         """x (B, T, hidden); cos and sin (T, d/2). Causal over the T tokens. Returns (out,)."""
@@ -668,7 +672,7 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         q, k, v = attention_in(flat, cos_t, sin_t)
         heads = [z.reshape(b, t, -1, d).transpose(1, 2) for z in (q, k, v)]
         attn = ops.attention_prefill(*heads).transpose(1, 2).reshape(b * t, nq * d)
-        return (ffn(attn, flat).reshape(b, t, hidden),)
+        return (_mlp(ops, w, attn, flat).reshape(b, t, hidden),)
 
     return Block(cfg, decode, prefill, ops.label)
 
@@ -679,18 +683,14 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
     q_rescale = math.sqrt(MLA_TASK_SCALE_DIM / (dn + r))
 
     def projections(x, cos, sin):
-        h = ops.rmsnorm(x, w["attn_norm"])
-        q = ops.linear(ops.rmsnorm(ops.linear(h, w["wq_a"]), w["q_norm"]), w["wq_b"])
+        qkv_a = ops.rmsnorm_linear(x, w["attn_norm"], w["wqkv_a"])
+        q_a, kv = qkv_a.split([cfg.q_lora_rank, c + r], dim=1)
+        q = ops.rmsnorm_linear(q_a, w["q_norm"], w["wq_b"])
         q_nope, q_pe = q.reshape(-1, nh, dn + r).split([dn, r], dim=-1)
         q_pe = ops.rope(q_pe, cos, sin)
-        kv = ops.linear(h, w["wkv_a"])
         ckv = ops.rmsnorm(kv[:, :c], w["kv_norm"])
         kpe = ops.rope(kv[:, None, c:], cos, sin)[:, 0]
         return q_nope, q_pe, ckv, kpe
-
-    def ffn(attn, x):
-        y, residual = ops.add_rmsnorm(ops.linear(attn, w["wo"]), x, w["ffn_norm"])
-        return ops.linear(ops.swiglu(ops.linear(y, w["w_gate_up"])), w["w_down"]) + residual
 
     def decode(x, ckv_cache, kpe_cache, cos, sin):
         """x (B, hidden); ckv_cache (B, L, kv_lora_rank) and kpe_cache (B, L, rope_dim) holding
@@ -703,7 +703,7 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         o_lat = ops.mla_decode(q_lat.contiguous(), q_pe.contiguous(), ckv_cache, kpe_cache)
         # The value up-projection after attention: (H, B, C) @ (H, C, dv).
         o = torch.bmm(o_lat.transpose(0, 1), w["w_uv"].transpose(1, 2)).transpose(0, 1)
-        return ffn(o.reshape(x.shape[0], nh * dv), x), ckv, kpe
+        return _mlp(ops, w, o.reshape(x.shape[0], nh * dv), x), ckv, kpe
 
     def prefill(x, cos, sin):
         """x (B, T, hidden); cos and sin (T, rope_dim/2). Causal. Returns (out,)."""
@@ -720,7 +720,7 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
 
         attn = ops.attention_prefill(heads(q), heads(k), heads(v))
         attn = attn.transpose(1, 2).reshape(b * t, nh * dv)
-        return (ffn(attn, flat).reshape(b, t, hidden),)
+        return (_mlp(ops, w, attn, flat).reshape(b, t, hidden),)
 
     return Block(cfg, decode, prefill, ops.label)
 

@@ -114,6 +114,12 @@ MMA_GRID = [
     if c["k_warps"] * c["n_tiles"] <= 32
 ]
 
+# The fused GEMV tasks' CuPy and row-resident Triton candidates.
+GEMVS = {
+    "rmsnorm_linear": ("cupy_rmsnorm_gemv.py", "triton_rmsnorm_gemv.py"),
+    "linear_residual": ("cupy_gemv_residual.py", "triton_gemv_residual.py"),
+}
+
 PLANS = [
     Plan(
         "rmsnorm",
@@ -241,46 +247,41 @@ PLANS = [
         tag="wide",
         peers=GEMV_PEERS,
     ),
-    # The fused decode GEMVs (a norm folded in before, a residual add after) at the Llama-3-8B
-    # projections a decoder block calls them at. The CUDA ones swept at one token and 16 rows
-    # (where the peers, cuBLAS and a separate norm or add, are expected to keep the shape); the
-    # Triton ones (row-resident, with programmatic dependent launch) at one token.
+    # The fused decode GEMVs (a norm folded in before, a residual add after) at the projections
+    # the Llama-3-8B and DeepSeek-V3 blocks call them at. The CUDA ones swept at one token and 16
+    # rows (where the peers, cuBLAS and a separate norm or add, are expected to keep the shape);
+    # the Triton ones (row-resident, with programmatic dependent launch) at one token.
     *(
         plan
-        for task, cupy, triton, tag, nk in [
-            (
-                "rmsnorm_linear",
-                "cupy_rmsnorm_gemv.py",
-                "triton_rmsnorm_gemv.py",
-                "qkv",
-                "n6144-k4096",
-            ),
-            (
-                "rmsnorm_linear",
-                "cupy_rmsnorm_gemv.py",
-                "triton_rmsnorm_gemv.py",
-                "gateup",
-                "n28672-k4096",
-            ),
-            (
-                "linear_residual",
-                "cupy_gemv_residual.py",
-                "triton_gemv_residual.py",
-                "o",
-                "n4096-k4096",
-            ),
-            (
-                "linear_residual",
-                "cupy_gemv_residual.py",
-                "triton_gemv_residual.py",
-                "down",
-                "n4096-k14336",
-            ),
+        for task, tag, nk in [
+            ("rmsnorm_linear", "qkv", "n6144-k4096"),
+            ("rmsnorm_linear", "gateup", "n28672-k4096"),
+            ("linear_residual", "o", "n4096-k4096"),
+            ("linear_residual", "down", "n4096-k14336"),
+            ("rmsnorm_linear", "mla_qkv_a", "n2112-k7168"),
+            ("rmsnorm_linear", "mla_q_b", "n24576-k1536"),
+            ("linear_residual", "mla_o", "n7168-k16384"),
+            ("linear_residual", "mla_down", "n7168-k18432"),
         ]
         for plan in (
-            Plan(task, cupy, [f"m1-{nk}", f"m16-{nk}"], SPLITK_GRID, tag=tag, peers=FUSED_PEERS),
-            Plan(task, triton, [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
+            Plan(
+                task,
+                GEMVS[task][0],
+                [f"m1-{nk}", f"m16-{nk}"],
+                SPLITK_GRID,
+                tag=tag,
+                peers=FUSED_PEERS,
+            ),
+            Plan(task, GEMVS[task][1], [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
         )
+    ),
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "triton_rmsnorm_gemv_swiglu.py",
+        ["m1-f18432-k7168"],
+        TRITON_GEMV_GRID,
+        tag="mla_gateup",
+        peers=FUSED_PEERS,
     ),
     # The fused GEMMs on tensor cores at 16 rows (batch 16's o, down and gate/up projections).
     *(

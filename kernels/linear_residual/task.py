@@ -15,9 +15,16 @@ import torch
 # Relative error norm ||out - ref|| / ||ref|| allowed against the float64 reference, per dtype.
 TOLERANCE = {"bfloat16": 8e-3, "float16": 2e-3, "float32": 1e-5, "float64": 1e-12}
 
-# (n, k) of the projections that end on the residual stream in Llama-3-8B (o, down) and
-# Llama-3-70B (o, down).
-_WEIGHTS_GPU = [(4096, 4096), (4096, 14336), (8192, 8192), (8192, 28672)]
+# (n, k) of the projections that end on the residual stream in Llama-3-8B (o, down),
+# Llama-3-70B (o, down) and DeepSeek-V3 (o, and its dense layers' down).
+_WEIGHTS_GPU = [
+    (4096, 4096),
+    (4096, 14336),
+    (8192, 8192),
+    (8192, 28672),
+    (7168, 16384),
+    (7168, 18432),
+]
 _ROWS_GPU = [1, 4, 16]
 _WEIGHTS_CPU = [(64, 96), (40, 72)]
 _ROWS_CPU = [1, 3, 16]

@@ -17,8 +17,9 @@ EPS = 1e-6
 # Relative error norm ||out - ref|| / ||ref|| allowed against the float64 reference, per dtype.
 TOLERANCE = {"bfloat16": 8e-3, "float16": 2e-3, "float32": 1e-5, "float64": 1e-12}
 
-# (n, k) of the projections a norm feeds in Llama-3-8B (qkv, gate+up) and Llama-3-70B's qkv.
-_WEIGHTS_GPU = [(6144, 4096), (28672, 4096), (10240, 8192)]
+# (n, k) of the projections a norm feeds in Llama-3-8B (qkv, gate+up), Llama-3-70B's qkv and
+# DeepSeek-V3's (q_a and kv_a stacked, as vLLM and SGLang fuse them; q_b behind q_a's norm).
+_WEIGHTS_GPU = [(6144, 4096), (28672, 4096), (10240, 8192), (2112, 7168), (24576, 1536)]
 _ROWS_GPU = [1, 4, 16]
 _WEIGHTS_CPU = [(64, 96), (40, 72)]
 _ROWS_CPU = [1, 3, 16]

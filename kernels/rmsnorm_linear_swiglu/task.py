@@ -19,8 +19,9 @@ EPS = 1e-6
 # Relative error norm ||out - ref|| / ||ref|| allowed against the float64 reference, per dtype.
 TOLERANCE = {"bfloat16": 8e-3, "float16": 2e-3, "float32": 1e-5, "float64": 1e-12}
 
-# (f, k) of the MLPs of Llama-3-8B and Llama-3-70B: gate and up are (f, k) each.
-_MLPS_GPU = [(14336, 4096), (28672, 8192)]
+# (f, k) of the MLPs of Llama-3-8B, Llama-3-70B and DeepSeek-V3's dense layers: gate and up are
+# (f, k) each.
+_MLPS_GPU = [(14336, 4096), (28672, 8192), (18432, 7168)]
 _ROWS_GPU = [1, 4, 16]
 _MLPS_CPU = [(40, 96), (24, 72)]
 _ROWS_CPU = [1, 3, 16]

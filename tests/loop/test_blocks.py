@@ -80,34 +80,33 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
     assert _rel(out, pre[:, -1]) < 1e-5
 
 
-# Every op's task, with dims of the tiny configs and params of the shipped torch candidate; for
-# Llama, the fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm,
-# add_rmsnorm and skinny_gemm ones they make unused (`fused`), or without them (then the MLP's
-# add and norm run as add_rmsnorm); with `epilogues`, rope and SwiGLU folded into the
-# projections before them too (rmsnorm_linear_rope and rmsnorm_linear_swiglu in place of
-# rmsnorm_linear, rope and swiglu).
+# Every op's task, with dims of the tiny configs and params of the shipped torch candidate: the
+# fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm, add_rmsnorm and
+# skinny_gemm ones they make unused (`fused`), or without them (then the MLP's add and norm run
+# as add_rmsnorm); with `epilogues`, SwiGLU (and Llama's rope) folded into the projections
+# before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope).
 def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
-    if cfg.kind == "llama":
-        heads = [cfg.heads + cfg.kv_heads]  # q's and k's heads in one call
-        head_dim = cfg.head_dim
-        gemms = [
-            ((cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, cfg.hidden),
-            (cfg.hidden, cfg.heads * cfg.head_dim),
-        ]
-    else:
-        heads = [cfg.heads, 1]
-        head_dim = cfg.rope_dim
-        gemms = [
-            (cfg.q_lora_rank, cfg.hidden),
-            (cfg.heads * (cfg.qk_nope_dim + cfg.rope_dim), cfg.q_lora_rank),
-            (cfg.kv_lora_rank + cfg.rope_dim, cfg.hidden),
-            (cfg.hidden, cfg.heads * cfg.v_head_dim),
-        ]
-    gemms += [(2 * cfg.ffn, cfg.hidden), (cfg.hidden, cfg.ffn)]
-    hiddens = [cfg.hidden] + ([cfg.q_lora_rank, cfg.kv_lora_rank] if cfg.kind == "mla" else [])
     dt = {"dtype": "float32"}
+    gate_up, down = (2 * cfg.ffn, cfg.hidden), (cfg.hidden, cfg.ffn)
+    if cfg.kind == "llama":
+        heads, head_dim = [cfg.heads + cfg.kv_heads], cfg.head_dim  # q's and k's in one call
+        normed = [((cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, cfg.hidden)]  # qkv
+        o = (cfg.hidden, cfg.heads * cfg.head_dim)
+        hiddens = [cfg.hidden]
+    else:
+        heads, head_dim = [cfg.heads, 1], cfg.rope_dim
+        normed = [
+            (cfg.q_lora_rank + cfg.kv_lora_rank + cfg.rope_dim, cfg.hidden),  # q_a and kv_a
+            (cfg.heads * (cfg.qk_nope_dim + cfg.rope_dim), cfg.q_lora_rank),  # q_b
+        ]
+        o = (cfg.hidden, cfg.heads * cfg.v_head_dim)
+        hiddens = [cfg.hidden, cfg.q_lora_rank, cfg.kv_lora_rank]
+
+    def gemm_rows(weights: list[tuple[int, int]]) -> list[tuple[dict, dict]]:
+        return [({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in weights]
+
     out = {
         "rmsnorm": [
             ({"tokens": rows, "hidden": h, **dt}, {"method": "vector_norm", "chunk_rows": 0})
@@ -119,22 +118,21 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
             for h in heads
         ],
         "swiglu": [({"tokens": rows, "ffn": cfg.ffn, **dt}, {"compute": "input"})],
-        "skinny_gemm": [({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in gemms],
+        "skinny_gemm": gemm_rows([*normed, o, gate_up, down]),
     }
-    if cfg.kind == "llama" and fused:
-        del out["rmsnorm"], out["skinny_gemm"], out["add_rmsnorm"]
-        qkv, o = gemms[0], gemms[1]
-        out["rmsnorm_linear"] = [
-            ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16})
-            for nn, k in [qkv, (2 * cfg.ffn, cfg.hidden)]
-        ]
-        out["linear_residual"] = [
-            ({"m": rows, "n": nn, "k": k, **dt}, {"chunk_n": 16}) for nn, k in [o, gemms[-1]]
-        ]
+    if fused:
+        del out["skinny_gemm"], out["add_rmsnorm"]
+        out["rmsnorm"] = out["rmsnorm"][2:]  # MLA's kv_norm is the only norm left on its own
+        if not out["rmsnorm"]:
+            del out["rmsnorm"]
+        out["rmsnorm_linear"] = gemm_rows([*normed, gate_up])
+        out["linear_residual"] = gemm_rows([o, down])
         if epilogues:
-            del out["swiglu"], out["rope"], out["rmsnorm_linear"]
+            del out["swiglu"], out["rmsnorm_linear"][-1]
             mlp = {"m": rows, "f": cfg.ffn, "k": cfg.hidden, **dt}
             out["rmsnorm_linear_swiglu"] = [(mlp, {"chunk_f": 16})]
+        if epilogues and cfg.kind == "llama":
+            del out["rope"], out["rmsnorm_linear"]
             n_qk, n_v = (cfg.heads + cfg.kv_heads) * cfg.head_dim, cfg.kv_heads * cfg.head_dim
             attn = {"m": rows, "n_qk": n_qk, "n_v": n_v, "head_dim": cfg.head_dim}
             out["rmsnorm_linear_rope"] = [({**attn, "k": cfg.hidden, **dt}, {"chunk_n": 16})]
@@ -361,7 +359,7 @@ def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp
     commit = _git_commit_file(
         tmp_path / "workspace" / "study", "add_rmsnorm/halves.py", HALVES_OF_ONE_BUFFER
     )
-    rows = _entries(MLA, "decode")["add_rmsnorm"]  # Llama's block folds it into its GEMVs
+    rows = _entries(MLA, "decode", fused=False)["add_rmsnorm"]  # unfused: the MLP's add and norm
     for row in rows:
         row.update(name="halves.py", params={}, commit=commit)
     _write_tables(tmp_path, {"add_rmsnorm": rows})
