@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from baselines.stats import summarize
-from loop.guards import check_source
+from loop.guards import check_source, parse
 from loop.reasons import Reason, reason
 from loop.tasks import Task
 from loop.worker_pool import ask, harness_env
@@ -130,7 +130,7 @@ def read_params_space(source: str) -> dict | None:
     """PARAMS as a literal, read from the syntax tree (the candidate is not imported here)."""
     import ast
 
-    tree = ast.parse(source)
+    tree = parse(source)
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "PARAMS" for t in node.targets

@@ -15,11 +15,24 @@ import functools
 import importlib
 import io
 import re
+import threading
 import tokenize
 import types
 from dataclasses import dataclass
 
 from loop.reasons import Reason, reason
+
+# CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread: two
+# threads parsing at once can fail with "AST constructor recursion depth mismatch" (gh-106905),
+# and evaluations run in threads (CI, 3.11.7). Every parse of the harness goes through one lock.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename, mode=mode)
+
 
 LANGUAGES = ("triton", "cuda", "cupy", "torch")
 
@@ -650,7 +663,7 @@ def _normalised(name: str) -> str:
 def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()) -> StaticReport:
     """All static reasons to reject `source`; an empty list means it may be loaded."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse(source, filename)
     except SyntaxError as exc:
         return StaticReport(None, [reason("syntax-error", f"{filename}:{exc.lineno}: {exc.msg}")])
 
@@ -1611,7 +1624,7 @@ def _string_annotations(tree: ast.Module) -> list[ast.AST]:
         for sub in ast.walk(annotations.pop()):
             if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
                 try:
-                    expr = ast.parse(sub.value.strip(), mode="eval")
+                    expr = parse(sub.value.strip(), mode="eval")
                 except SyntaxError:
                     continue
                 for inner in ast.walk(expr):

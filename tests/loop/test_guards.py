@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import types
 import warnings
@@ -820,3 +821,38 @@ def test_the_bans_next_to_them_still_hold(body: str) -> None:
     assert "forbidden-call" in codes(HEADER + body + KERNEL) | {
         c for c in codes(HEADER + body + KERNEL) if c == "forbidden-import"
     } or "forbidden-import" in codes(HEADER + body + KERNEL)
+
+
+def test_the_harness_parses_one_thread_at_a_time(monkeypatch) -> None:
+    """CPython 3.11 keeps the AST constructor's recursion depth per interpreter: two threads
+    parsing at once can fail with a SystemError (gh-106905; seen in CI with concurrent
+    evaluations). guards.parse lets one thread in at a time; a slow stand-in for ast.parse
+    records how many threads were inside it at once."""
+    import threading
+    import time
+
+    from loop import guards
+
+    inside, most = [0], [0]
+    real_parse = ast.parse
+
+    def slow_parse(*args, **kwargs):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        inside[0] -= 1
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(guards.ast, "parse", slow_parse)
+
+    def run(fn) -> int:
+        most[0] = 0
+        threads = [threading.Thread(target=fn, args=("x = 1",)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return most[0]
+
+    assert run(guards.ast.parse) > 1  # the stand-in alone does overlap
+    assert run(guards.parse) == 1
