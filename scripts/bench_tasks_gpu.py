@@ -107,6 +107,9 @@ TRITON_GEMV_GRID = _grid({"per_lane": [1, 2, 4], "block_n": [1, 2]})
 # The tensor-core ones at 16 rows: tile width, K step and slices (the last slice's program adds
 # the partials and runs the epilogue).
 TRITON_GEMM_GRID = _grid({"block_n": [64, 128], "block_k": [128, 256], "split_k": [1, 2, 4, 8]})
+# Two W tiles a step (gate and up): 128 x 256 tiles need 279,552 B of shared memory at 3 stages,
+# over the H200's 232,448 B a block (compiled for sm_90).
+TRITON_GEMM_PAIR_GRID = [c for c in TRITON_GEMM_GRID if (c["block_n"], c["block_k"]) != (128, 256)]
 # All but k_warps 16 with n_tiles 4, which the kernel refuses (its partial tiles' shared memory).
 MMA_GRID = [
     c
@@ -299,13 +302,15 @@ PLANS = [
                 "down16",
                 ["m16-n4096-k14336", "m4-n4096-k14336"],
             ),
-            (
-                "rmsnorm_linear_swiglu",
-                "triton_rmsnorm_gemm_swiglu.py",
-                "gateup16",
-                ["m16-f14336-k4096", "m4-f14336-k4096"],
-            ),
         ]
+    ),
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "triton_rmsnorm_gemm_swiglu.py",
+        ["m16-f14336-k4096", "m4-f14336-k4096"],
+        TRITON_GEMM_PAIR_GRID,
+        tag="gateup16",
+        peers=FUSED_PEERS,
     ),
     Plan(
         "rmsnorm_linear_rope",

@@ -70,7 +70,7 @@ def _gemm_residual(
         x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     out_ok = m_ok[:, None] & n_ok[None, :]
-    out = rm[:, None] * N + rn[None, :]
+    out = rm[:, None].to(tl.int64) * N + rn[None, :]
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
         cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -134,6 +134,8 @@ def kernel(
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if m == 0 or n == 0:
         return y
+    if k == 0:  # an empty product: the residual alone
+        return y.copy_(r)
     # Each slice covers a whole number of block_k steps; no slice is empty.
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), block_k) * block_k
     splits = triton.cdiv(k, k_per_split)

@@ -197,9 +197,11 @@ def kernel(
             f"cos and sin must be ({m}, d/2) with w_qk's rows a multiple of d, got "
             f"{tuple(cos.shape)}, {tuple(sin.shape)}, {n_qk} rows"
         )
+    if k == 0:
+        raise ValueError("x must have at least one column: the norm of an empty row is undefined")
     block_n = min(block_n, half)
-    if half % block_n:
-        raise ValueError(f"block_n {block_n} must divide head_dim / 2 = {half}")
+    if half % block_n or block_n & (block_n - 1):
+        raise ValueError(f"block_n {block_n} must be a power of two dividing head_dim / 2 = {half}")
     if x.is_cuda and block_n < 16:
         raise ValueError(f"tensor-core tiles are 16 wide at least: head_dim / 2 = {half}")
     x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
@@ -215,8 +217,10 @@ def kernel(
     grid = (pair_programs + triton.cdiv(n_v, 2 * block_n), splits, triton.cdiv(m, BLOCK_M))
     tiles = grid[0] * grid[2]
     if splits > 1:
-        parts = torch.empty(tiles * splits * 2 * BLOCK_M * block_n, device=x.device)
-        squares = torch.empty(tiles * splits * BLOCK_M, device=x.device)
+        parts = torch.empty(
+            tiles * splits * 2 * BLOCK_M * block_n, device=x.device, dtype=torch.float32
+        )
+        squares = torch.empty(tiles * splits * BLOCK_M, device=x.device, dtype=torch.float32)
         counts = _arrival_counts(tiles, x.device)
     else:
         parts = squares = counts = None

@@ -89,7 +89,7 @@ def _rmsnorm_gemm_swiglu(
         w_up = tl.load(up_rows + k[None, :], mask=w_ok, other=0.0, eviction_policy="evict_first")
         gate, up, squares = _step(x_rows, g_ptr, w_gate, w_up, gate, up, squares, k, k_ok, m_ok)
     out_ok = m_ok[:, None] & n_ok[None, :]
-    out = rm[:, None] * F + rn[None, :]
+    out = rm[:, None].to(tl.int64) * F + rn[None, :]
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
         size: tl.constexpr = BLOCK_M * BLOCK_N
@@ -161,6 +161,8 @@ def kernel(
             f"w must be (2f, {k}) and g ({k},), got {tuple(w.shape)}, {tuple(g.shape)}"
         )
     f = w.shape[0] // 2
+    if k == 0:
+        raise ValueError("x must have at least one column: the norm of an empty row is undefined")
     x, g, w = x.contiguous(), g.contiguous(), w.contiguous()
     y = torch.empty((m, f), device=x.device, dtype=x.dtype)
     if m == 0 or f == 0:
@@ -171,8 +173,10 @@ def kernel(
     grid = (triton.cdiv(f, block_n), splits, triton.cdiv(m, BLOCK_M))
     tiles = grid[0] * grid[2]
     if splits > 1:
-        parts = torch.empty(tiles * splits * 2 * BLOCK_M * block_n, device=x.device)
-        squares = torch.empty(tiles * splits * BLOCK_M, device=x.device)
+        parts = torch.empty(
+            tiles * splits * 2 * BLOCK_M * block_n, device=x.device, dtype=torch.float32
+        )
+        squares = torch.empty(tiles * splits * BLOCK_M, device=x.device, dtype=torch.float32)
         counts = _arrival_counts(tiles, x.device)
     else:
         parts = squares = counts = None

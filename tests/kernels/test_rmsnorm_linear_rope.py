@@ -282,3 +282,26 @@ def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(t
         return torch.cat([t.flatten() for t in module.kernel(x, g, w_qk, w_v, cos, sin)])
 
     assert_waits_for_late_inputs(run, (x, cos, sin), want)
+
+
+def test_the_tensor_core_candidate_keeps_float32_partials_whatever_torchs_default(task) -> None:
+    """The split-K partials and sums of squares are float32 even where model code made
+    float16 torch's default dtype."""
+    script = """
+import torch
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path("kernels/rmsnorm_linear_rope/triton_rmsnorm_gemm_rope.py"))
+task = import_file(Path("kernels/rmsnorm_linear_rope/task.py"))
+gen = torch.Generator().manual_seed(0)
+x = torch.randn(3, 200, generator=gen) * 50
+g = torch.randn(200, generator=gen)
+w_qk, w_v = torch.randn(64, 200, generator=gen) / 14, torch.randn(16, 200, generator=gen) / 14
+angles = torch.rand(3, 8, generator=gen) * 6.3
+args = (x, g, w_qk, w_v, angles.cos(), angles.sin())
+torch.set_default_dtype(torch.float16)
+got = m.kernel(*args, block_n=16, block_k=64, split_k=4)
+want = task.reference(*(t.double() for t in args))
+print(max(float((a.double() - b).norm() / b.norm()) for a, b in zip(got, want)))
+"""
+    assert float(run_interpreted(script)) < 1e-5

@@ -245,3 +245,24 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task) -> None
     x, g, w = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), g.double(), w.double())
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w, split_k=2), (x,), want)
+
+
+def test_the_tensor_core_candidate_keeps_float32_partials_whatever_torchs_default(task) -> None:
+    """The split-K partials and sums of squares are float32 even where model code made
+    float16 torch's default dtype (in float16 the sums of squares of large rows overflow and
+    the output came out zero)."""
+    script = """
+import torch
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path("kernels/rmsnorm_linear_swiglu/triton_rmsnorm_gemm_swiglu.py"))
+task = import_file(Path("kernels/rmsnorm_linear_swiglu/task.py"))
+gen = torch.Generator().manual_seed(0)
+x = torch.randn(3, 200, generator=gen) * 50
+g, w = torch.randn(200, generator=gen), torch.randn(80, 200, generator=gen) / 14
+torch.set_default_dtype(torch.float16)
+got = m.kernel(x, g, w, block_n=16, block_k=64, split_k=4)
+want = task.reference(x.double(), g.double(), w.double())
+print(float((got.double() - want).norm() / want.norm()))
+"""
+    assert float(run_interpreted(script)) < 1e-5
