@@ -35,6 +35,15 @@ BLOCK_M = 16
 
 
 @triton.jit
+def _w_tile(rows, k, rows_ok, k_ok):
+    """A tile of W: rows x the K step k, streamed once (evict first)."""
+    return tl.load(
+        rows + k[None, :], mask=rows_ok[:, None] & k_ok[None, :], other=0.0,
+        eviction_policy="evict_first",
+    )  # fmt: skip
+
+
+@triton.jit
 def _gemm_residual(
     x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, k_per_split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
@@ -51,10 +60,7 @@ def _gemm_residual(
     w_rows = w_ptr + rn[:, None].to(tl.int64) * K
     k = k_start + rk
     k_ok = k < k_stop
-    w = tl.load(
-        w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
-        eviction_policy="evict_first",
-    )  # fmt: skip
+    w = _w_tile(w_rows, k, n_ok, k_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -63,14 +69,12 @@ def _gemm_residual(
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
-        w = tl.load(
-            w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
-            eviction_policy="evict_first",
-        )  # fmt: skip
+        w = _w_tile(w_rows, k, n_ok, k_ok)
         x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     out_ok = m_ok[:, None] & n_ok[None, :]
     out = rm[:, None].to(tl.int64) * N + rn[None, :]
+    done = SPLITS == 1
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
         cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -78,14 +82,13 @@ def _gemm_residual(
         tl.store(tile_parts + pid_s * (BLOCK_M * BLOCK_N), acc)
         tl.debug_barrier()
         arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
+        done = arrived == SPLITS - 1
+        if done:
             tl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
             acc = tl.load(tile_parts)
             for s in tl.static_range(1, SPLITS):
                 acc += tl.load(tile_parts + s * (BLOCK_M * BLOCK_N))
-            acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)
-            tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
-    else:
+    if done:
         acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)
         tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
 

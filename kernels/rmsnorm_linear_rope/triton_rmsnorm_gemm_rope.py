@@ -39,6 +39,15 @@ EPS = 1e-6
 
 
 @triton.jit
+def _w_tile(rows, k, rows_ok, k_ok):
+    """A tile of W: rows x the K step k, streamed once (evict first)."""
+    return tl.load(
+        rows + k[None, :], mask=rows_ok[:, None] & k_ok[None, :], other=0.0,
+        eviction_policy="evict_first",
+    )  # fmt: skip
+
+
+@triton.jit
 def _step(x_rows, g_ptr, w_a, w_b, za, zb, squares, k, k_ok, m_ok):
     """One K step: x^2 summed, x g (in x's dtype) against the two W tiles."""
     x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
@@ -81,14 +90,7 @@ def _rmsnorm_gemm_rope(
     x_rows = x_ptr + rm[:, None].to(tl.int64) * K
     k = k_start + rk
     k_ok = k < k_stop
-    w_a = tl.load(
-        a_rows + k[None, :], mask=a_ok[:, None] & k_ok[None, :], other=0.0,
-        eviction_policy="evict_first",
-    )  # fmt: skip
-    w_b = tl.load(
-        b_rows + k[None, :], mask=b_ok[:, None] & k_ok[None, :], other=0.0,
-        eviction_policy="evict_first",
-    )  # fmt: skip
+    w_a, w_b = _w_tile(a_rows, k, a_ok, k_ok), _w_tile(b_rows, k, b_ok, k_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -99,14 +101,7 @@ def _rmsnorm_gemm_rope(
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
-        w_a = tl.load(
-            a_rows + k[None, :], mask=a_ok[:, None] & k_ok[None, :], other=0.0,
-            eviction_policy="evict_first",
-        )  # fmt: skip
-        w_b = tl.load(
-            b_rows + k[None, :], mask=b_ok[:, None] & k_ok[None, :], other=0.0,
-            eviction_policy="evict_first",
-        )  # fmt: skip
+        w_a, w_b = _w_tile(a_rows, k, a_ok, k_ok), _w_tile(b_rows, k, b_ok, k_ok)
         za, zb, squares = _step(x_rows, g_ptr, w_a, w_b, za, zb, squares, k, k_ok, m_ok)
     done = SPLITS == 1
     if SPLITS > 1:

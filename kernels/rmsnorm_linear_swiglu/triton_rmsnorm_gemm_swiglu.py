@@ -38,6 +38,15 @@ EPS = 1e-6
 
 
 @triton.jit
+def _w_tile(rows, k, rows_ok, k_ok):
+    """A tile of W: rows x the K step k, streamed once (evict first)."""
+    return tl.load(
+        rows + k[None, :], mask=rows_ok[:, None] & k_ok[None, :], other=0.0,
+        eviction_policy="evict_first",
+    )  # fmt: skip
+
+
+@triton.jit
 def _step(x_rows, g_ptr, w_gate, w_up, gate, up, squares, k, k_ok, m_ok):
     """One K step: x^2 summed, x g (in x's dtype) against the gate's and up's W tiles."""
     x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
@@ -69,9 +78,7 @@ def _rmsnorm_gemm_swiglu(
     up_rows = w_ptr + (rn + F)[:, None].to(tl.int64) * K
     k = k_start + rk
     k_ok = k < k_stop
-    w_ok = n_ok[:, None] & k_ok[None, :]
-    w_gate = tl.load(gate_rows + k[None, :], mask=w_ok, other=0.0, eviction_policy="evict_first")
-    w_up = tl.load(up_rows + k[None, :], mask=w_ok, other=0.0, eviction_policy="evict_first")
+    w_gate, w_up = _w_tile(gate_rows, k, n_ok, k_ok), _w_tile(up_rows, k, n_ok, k_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -82,14 +89,11 @@ def _rmsnorm_gemm_swiglu(
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
-        w_ok = n_ok[:, None] & k_ok[None, :]
-        w_gate = tl.load(
-            gate_rows + k[None, :], mask=w_ok, other=0.0, eviction_policy="evict_first"
-        )
-        w_up = tl.load(up_rows + k[None, :], mask=w_ok, other=0.0, eviction_policy="evict_first")
+        w_gate, w_up = _w_tile(gate_rows, k, n_ok, k_ok), _w_tile(up_rows, k, n_ok, k_ok)
         gate, up, squares = _step(x_rows, g_ptr, w_gate, w_up, gate, up, squares, k, k_ok, m_ok)
     out_ok = m_ok[:, None] & n_ok[None, :]
     out = rm[:, None].to(tl.int64) * F + rn[None, :]
+    done = SPLITS == 1
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
         size: tl.constexpr = BLOCK_M * BLOCK_N
@@ -101,7 +105,8 @@ def _rmsnorm_gemm_swiglu(
         tl.store(tile_squares + pid_s * BLOCK_M, squares)
         tl.debug_barrier()
         arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
+        done = arrived == SPLITS - 1
+        if done:
             tl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
             gate = tl.load(tile_parts)
             up = tl.load(tile_parts + size)
@@ -110,11 +115,7 @@ def _rmsnorm_gemm_swiglu(
                 gate += tl.load(tile_parts + s * 2 * size)
                 up += tl.load(tile_parts + s * 2 * size + size)
                 squares += tl.load(tile_squares + s * BLOCK_M)
-            scale = tl.rsqrt(squares / K + eps)[:, None]
-            gate, up = gate * scale, up * scale
-            y = gate * tl.sigmoid(gate) * up
-            tl.store(y_ptr + out, y.to(y_ptr.dtype.element_ty), mask=out_ok)
-    else:
+    if done:
         scale = tl.rsqrt(squares / K + eps)[:, None]
         gate, up = gate * scale, up * scale
         y = gate * tl.sigmoid(gate) * up

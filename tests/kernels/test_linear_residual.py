@@ -168,14 +168,9 @@ def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(task, tmp_
     sums the slices); the mutant forgets the residual where the slices meet."""
     params = {"block_n": 16, "block_k": 64, **params}
     bug = (
-        "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n            tl.store",
+        "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n        tl.store",
         "tl.store",
     )
-    if params["split_k"] == 1:
-        bug = (
-            "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n        tl.store",
-            "tl.store",
-        )
     assert_interpreted_and_mutant_caught(task, "triton_gemm_residual.py", params, bug, tmp_path)
 
 
