@@ -5,6 +5,7 @@ put a CuPy candidate's CUDA source through NVRTC and ptxas, which needs no GPU."
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -242,9 +243,10 @@ def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_e
     assert not [line for line in loads(after) if "evict_first" in line]
 
 
-def run_interpreted(script: str) -> str:
-    """`script`'s stdout, run in a fresh Python with the Triton interpreter on and the checkout
-    on its path (the interpreter must be chosen before Triton loads, so not in this process)."""
+def run_interpreted(script: str, *args: str) -> str:
+    """`script`'s stdout, run with `args` in a fresh Python with the Triton interpreter on and
+    the checkout on its path (the interpreter must be chosen before Triton loads, so not in this
+    process)."""
     import subprocess
     import sys
 
@@ -253,7 +255,7 @@ def run_interpreted(script: str) -> str:
         f"import os, sys\nos.environ['TRITON_INTERPRET'] = '1'\nsys.path.insert(0, {str(root)!r})\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", prelude + script],
+        [sys.executable, "-c", prelude + script, *args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -261,3 +263,21 @@ def run_interpreted(script: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def kept_counts_after_interpreted_calls(task: Task, candidate: str, calls: str) -> list[int]:
+    """Under the interpreter, in a fresh process: run `calls` (Python in which `m` is the
+    candidate module, `task` the task module and `gen` a seeded torch generator), then sum each
+    of the candidate's kept arrival-count buffers (`m._COUNTS`) on the CPU, oldest first."""
+    script = f"""
+import json
+import torch
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path({str(task.folder / candidate)!r}))
+task = import_file(Path({str(task.folder / "task.py")!r}))
+gen = torch.Generator().manual_seed(0)
+{calls}
+print(json.dumps([int(c.abs().sum()) for c in m._COUNTS[torch.device("cpu")]]))
+"""
+    return json.loads(run_interpreted(script))

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +16,7 @@ from tests.kernels.task_checks import (
     assert_weights_stream_before_the_wait,
     candidate_module,
     hopper_ptx,
+    run_interpreted,
 )
 
 TRITON_PARAMS = {"block_n": 16, "split_tokens": 32, "num_stages": 1}
@@ -156,9 +153,9 @@ def test_the_fold_is_accepted_and_a_last_program_off_by_one_is_rejected(task, tm
     assert bug_codes <= {"mismatch", "non-finite-output", "constant-output", "crash"}, bug_codes
 
 
-# Run in a Python of its own, where TRITON_INTERPRET is set before Triton loads (Triton's own
-# jit functions, tl.zeros among them, are made as it loads): fold calls (CPU shape index, seed,
-# params), each against the merge kernel and the reference, and the kept counts after each.
+# Run under the interpreter in a Python of its own (task_checks.run_interpreted): fold calls (CPU
+# shape index, seed, params), each against the merge kernel and the reference, and the kept
+# counts after each.
 FOLD_CALLS = """
 import json, sys
 import torch
@@ -191,16 +188,7 @@ def test_the_fold_twice_and_on_a_larger_batch_leaves_every_count_at_zero(task) -
     two_splits = TRITON_PARAMS | FOLD_SPLITS["auto"]  # 19 tokens in 2 splits, 2 counts
     calls = [(0, 1, two_splits), (0, 2, two_splits)]
     calls.append((1, 3, TRITON_PARAMS | FOLD_SPLITS["32"]))  # 64 tokens in 2, 4 counts
-    result = subprocess.run(
-        [sys.executable, "-c", FOLD_CALLS, json.dumps(calls)],
-        cwd=Path(__file__).resolve().parents[2],
-        env=os.environ | {"TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    seen = json.loads(result.stdout)
+    seen = json.loads(run_interpreted(FOLD_CALLS, json.dumps(calls)))
     for call in seen:
         assert call["vs_merge_kernel"] < 1e-6 and call["vs_reference"] < 1e-5, call
         assert len(call["kept"][-1]) >= call["counters"]

@@ -17,7 +17,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
-    run_interpreted,
+    kept_counts_after_interpreted_calls,
 )
 
 # Drops the residual.
@@ -177,21 +177,15 @@ def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(task, tmp_
 def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
     """Three calls under the interpreter, the second on more tiles (the kept count buffer
     grows): each right, and every count back at 0, so no call pays a zero-fill."""
-    script = """
-import torch
-from pathlib import Path
-from tests.source_files import import_file
-m = import_file(Path("kernels/linear_residual/triton_gemm_residual.py"))
-gen = torch.Generator().manual_seed(0)
+    calls = """
 for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
     x, r = torch.randn(rows, k, generator=gen), torch.randn(rows, n, generator=gen)
     w = torch.randn(n, k, generator=gen)
     got = m.kernel(x, w, r, block_n=16, block_k=64, split_k=3)
     torch.testing.assert_close(got, x @ w.t() + r, atol=1e-4, rtol=1e-4)
-counts = m._COUNTS[torch.device("cpu")]
-print(len(counts), [int(c.abs().sum()) for c in counts])
 """
-    assert run_interpreted(script).split() == ["2", "[0,", "0]"]
+    counts = kept_counts_after_interpreted_calls(task, "triton_gemm_residual.py", calls)
+    assert counts == [0, 0]
 
 
 @pytest.mark.parametrize("splits", [1, 4])

@@ -16,6 +16,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
+    kept_counts_after_interpreted_calls,
     run_interpreted,
 )
 
@@ -231,13 +232,7 @@ def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
 def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
     """Three calls under the interpreter, the second on more tiles (the kept count buffer
     grows): each right, and every count back at 0, so no call pays a zero-fill."""
-    script = """
-import torch
-from pathlib import Path
-from tests.source_files import import_file
-m = import_file(Path("kernels/rmsnorm_linear_rope/triton_rmsnorm_gemm_rope.py"))
-task = import_file(Path("kernels/rmsnorm_linear_rope/task.py"))
-gen = torch.Generator().manual_seed(0)
+    calls = """
 for rows, heads, n_v, k in [(3, 2, 16, 72), (17, 6, 40, 200), (3, 2, 16, 72)]:
     x, g = torch.randn(rows, k, generator=gen), torch.randn(k, generator=gen)
     w_qk, w_v = torch.randn(heads * 16, k, generator=gen), torch.randn(n_v, k, generator=gen)
@@ -246,10 +241,9 @@ for rows, heads, n_v, k in [(3, 2, 16, 72), (17, 6, 40, 200), (3, 2, 16, 72)]:
     got = m.kernel(*args, block_n=16, block_k=64, split_k=3)
     for a, b in zip(got, task.reference(*(t.double() for t in args))):
         torch.testing.assert_close(a, b.float(), atol=1e-4, rtol=1e-4)
-counts = m._COUNTS[torch.device("cpu")]
-print(len(counts), [int(c.abs().sum()) for c in counts])
 """
-    assert run_interpreted(script).split() == ["2", "[0,", "0]"]
+    counts = kept_counts_after_interpreted_calls(task, "triton_rmsnorm_gemm_rope.py", calls)
+    assert counts == [0, 0]
 
 
 @pytest.mark.parametrize("splits", [1, 2])
