@@ -20,8 +20,8 @@
 #   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; the
 #             dispatch tables in E2E_DISPATCH, else those of an earlier dispatch, fullrun or run
 #             stage in the same call; E2E_ARGS, e.g. "--sizes decode:1:4096 --profile")
-#   e2e2      the same again into e2e2.json, with the tables in E2E2_DISPATCH and E2E2_ARGS (an
-#             A/B of two tables, or of --inductor-pdl, in one call)
+#   e2e2..e2e9  the same again into e2eN.json, with E2EN_DISPATCH (default as e2e's), E2EN_KINDS
+#             and E2EN_ARGS (an A/B of two tables, or of --inductor-pdl, in one call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 #   profile-softmax  scripts/profile_softmax_gpu.sh: ncu of the register-resident CuPy softmax
 #   memtasks2 the same script again with MEMTASKS2_ARGS, into the same folder (e.g. benches of
@@ -78,10 +78,13 @@ for stage in "$@"; do
         timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
             --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" ${E2E_ARGS:-} 2>&1 | tee "$OUT/e2e.log" | tail -30
         ;;
-    e2e2)
-        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py \
-            --dispatch-dir "${E2E2_DISPATCH:?e2e2 needs E2E2_DISPATCH}" --kinds "${E2E_KINDS:-llama}" \
-            --json "$OUT/e2e2.json" ${E2E2_ARGS:-} 2>&1 | tee "$OUT/e2e2.log" | tail -30
+    e2e[2-9])
+        n=${stage#e2e}
+        dispatch_var=E2E${n}_DISPATCH args_var=E2E${n}_ARGS kinds_var=E2E${n}_KINDS
+        tables=${!dispatch_var:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
+        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
+            --kinds "${!kinds_var:-${E2E_KINDS:-llama}}" --json "$OUT/$stage.json" ${!args_var:-} 2>&1 |
+            tee "$OUT/$stage.log" | tail -30
         ;;
     profile-softmax)
         timeout "$(limit 150)" bash scripts/profile_softmax_gpu.sh "$OUT/profile" 2>&1 |
