@@ -103,7 +103,7 @@ GEMV_PEERS = ["cublas", "eager"]
 # The fused decode GEMVs' peers: the eager pair of ops, and torch.compile of it.
 FUSED_PEERS = ["eager", "torch.compile"]
 SPLITK_GRID = _grid({"per_lane": [2, 4, 8, 16], "n_per_block": [1, 2, 4]})
-TRITON_GEMV_GRID = _grid({"per_lane": [1, 2, 4], "block_n": [1, 2]})
+TRITON_GEMV_GRID = _grid({"per_lane": [1, 2, 4, 8], "block_n": [1, 2, 4]})
 # The tensor-core ones at 16 rows: tile width, K step and slices (the last slice's program adds
 # the partials and runs the epilogue).
 TRITON_GEMM_GRID = _grid({"block_n": [64, 128], "block_k": [128, 256], "split_k": [1, 2, 4, 8]})
