@@ -236,3 +236,65 @@ def test_rows_say_whether_the_candidate_file_changed_since_the_bench(tmp_path, c
     (benches / "bench-rmsnorm.json").write_text(json.dumps(same))
     assert _script().main([str(tmp_path / "out"), str(benches)]) == 0
     assert "changed since the bench" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ hand-edited variants
+
+
+def _variant_script():
+    return import_file(ROOT / "scripts" / "dispatch_variant.py")
+
+
+def _tables(tmp_path: Path) -> Path:
+    """A folder with an rmsnorm table (a candidate at decode, a peer at long) and a second file."""
+    src = tmp_path / "src"
+    rows = [
+        {"shape": DECODE, "dims": {"tokens": 1, "hidden": 4096}, "source": "candidate",
+         "name": "triton_rmsnorm.py", "params": {"num_warps": 4}, "commit": "abc",
+         "speedup": {"ratio": 1.3}},
+        {"shape": LONG, "dims": {"tokens": 32768, "hidden": 4096}, "source": "peer",
+         "name": "torch.compile", "params": {}, "speedup": {"ratio": 0.9}},
+    ]  # fmt: skip
+    save_dispatch(build_dispatch("rmsnorm", "tokens", rows), src / "dispatch-rmsnorm.json")
+    (src / "dispatch.md").write_text("tables\n")
+    return src
+
+
+def test_variant_changes_only_the_named_entries_and_marks_them(tmp_path: Path) -> None:
+    src = _tables(tmp_path)
+    dst = tmp_path / "dst"
+    args = [str(src), str(dst), "--set", "rmsnorm", DECODE, "torch_rmsnorm.py", '{"chunk_rows": 0}']
+    args += ["--set", "rmsnorm", LONG, "eager", "{}"]
+    assert _variant_script().main(args) == 0
+    pick = load(dst / "dispatch-rmsnorm.json")
+    assert pick(tokens=1, hidden=4096) == Choice(
+        "candidate", "torch_rmsnorm.py", {"chunk_rows": 0}, DECODE
+    )
+    assert pick(tokens=32768, hidden=4096) == Choice("peer", "eager", {}, LONG)
+    edited = _by_shape(json.loads((dst / "dispatch-rmsnorm.json").read_text()))
+    assert all(e["edited"] and e["speedup"] is None for e in edited.values())
+    assert not (dst / "dispatch.md").exists()
+    note = (dst / "VARIANT.txt").read_text()
+    assert f"rmsnorm {DECODE} -> torch_rmsnorm.py" in note and f"rmsnorm {LONG} -> eager" in note
+    original = _by_shape(json.loads((src / "dispatch-rmsnorm.json").read_text()))
+    assert original[DECODE]["name"] == "triton_rmsnorm.py" and "edited" not in original[DECODE]
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        (["rmsnorm", "decode-7x7", "torch_rmsnorm.py", "{}"], "no entry for shape 'decode-7x7'"),
+        (["rmsnorm", DECODE, "nope.py", "{}"], "no candidate file nope.py"),
+        (["rmsnorm", DECODE, "sdpa", "{}"], "'sdpa' is neither a .py candidate nor a peer"),
+        (["rmsnorm", LONG, "eager", '{"a": 1}'], "peer 'eager' takes no params"),
+        (["rmsnorm", DECODE, "torch_rmsnorm.py", "[1]"], "expected a JSON object"),
+        (["rmsnorm", DECODE, "torch_rmsnorm.py", "{bad"], "not JSON"),
+        (["softmax", DECODE, "torch_softmax.py", "{}"], "no dispatch table for task 'softmax'"),
+    ],
+)
+def test_variant_rejects_bad_entries_and_writes_nothing(tmp_path, capsys, entry, message) -> None:
+    src = _tables(tmp_path)
+    dst = tmp_path / "dst"
+    assert _variant_script().main([str(src), str(dst), "--set", *entry]) == 2
+    assert message in capsys.readouterr().err
+    assert not dst.exists()
