@@ -5,10 +5,10 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [mla_decode] [prefill_attention] [fp8_gemm]
+#       [gqa_fold] [gqa_early] [mla_decode] [prefill_attention] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short and gqa_fold (estimated 5-7 minutes on an H200; split across calls if
-# needed).
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold and gqa_early (estimated 5-7 minutes on
+# an H200; split across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.
@@ -139,6 +139,21 @@ for stage in $STAGES; do
             '{"block_n":128,"num_warps":8,"num_stages":2,"split_tokens":256,"merge":"fold"}' \
             '{"block_n":64,"num_warps":8,"num_stages":3,"split_tokens":256,"merge":"fold"}' \
             '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}'
+        ;;
+    gqa_early)
+        # Batch 1 with early_history (the first tile's K and V, all but the new slot, loaded
+        # before gdc_wait): alone nothing drains before it, so the bench checks it on the GPU
+        # and that it costs nothing; what it gains shows only in the block (dispatch_variant).
+        bench gqa_decode triton_gqa_decode.py early4k \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"early_history":true}' "" b1-kv4096
+        bench gqa_decode triton_gqa_decode.py early32k \
+            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":2048,"early_history":true}' "" b1-kv32768
+        sweep gqa_decode triton_gqa_decode.py earlysweep sdpa-gqa b1-kv4096 \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"early_history":true}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":128,"early_history":true}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":64,"early_history":true}' \
+            '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":64,"early_history":true}'
         ;;
     gqa_b1)
         # Batch 1, where the kernel streams at 88 % (131072 tokens) and 74 % (32768) of copy and

@@ -13,7 +13,12 @@ therefore not overlap (run them on one stream, as torch does by default).
 
 On Hopper and later the kernels are launched with programmatic dependent launch: each waits
 (`gdc_wait`) for the kernel before it before it reads anything, then lets the kernel after it
-launch, so a launch's latency passes while the kernel before it drains."""
+launch, so a launch's latency passes while the kernel before it drains.
+
+`early_history` True lets the split kernel load its first tile of K and V before the wait, all
+but the cache's last slot (the new token's), which it reads after the wait. It is right where
+the kernel before this one writes no other slot of the cache, as in a decode step that appends
+the new token and then attends; the cache's history then streams while that kernel drains."""
 
 import functools
 import math
@@ -25,12 +30,13 @@ import triton.language as tl
 LANGUAGE = "triton"
 PARAMS = {
     "block_n": [16, 32, 64, 128, 256],
-    "split_tokens": [0, 32, 256, 512, 1024, 2048, 4096, 8192],
+    "split_tokens": [0, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192],
     "programs_per_sm": [1, 2, 4, 8],
     "num_warps": [1, 2, 4, 8],
     "num_stages": [1, 2, 3, 4, 5],
     "use_dot": [True, False],
     "merge": ["kernel", "fold"],
+    "early_history": [False, True],
 }
 MERGES = ("kernel", "fold")
 
@@ -49,49 +55,53 @@ def _split_kernel(
     stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    BLOCK_S: tl.constexpr, EARLY: tl.constexpr,
 ):  # fmt: skip
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = pid_bh // HKV
     h = pid_bh % HKV
-    g = tl.arange(0, GROUP_PAD)
     d = tl.arange(0, D)
-    g_ok = g < GROUP
-    q_rows = q_ptr + b.to(tl.int64) * stride_qb + (h * GROUP + g)[:, None] * stride_qh
-    q = tl.load(q_rows + d[None, :], mask=g_ok[:, None], other=0.0)
     k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
     start = pid_s * tokens_per_split
     end = tl.minimum(start + tokens_per_split, kv_len)
+    if EARLY:
+        # the first tile's history (every slot but the last) before the wait
+        offs0 = start + tl.arange(0, BLOCK_N)
+        ok0 = offs0 < end
+        k_rows0 = k_base + offs0.to(tl.int64)[:, None] * stride_kn + d[None, :]
+        v_rows0 = v_base + offs0.to(tl.int64)[:, None] * stride_vn + d[None, :]
+        old = (ok0 & (offs0 < kv_len - 1))[:, None]
+        k0 = tl.load(k_rows0, mask=old, other=0.0)
+        v0 = tl.load(v_rows0, mask=old, other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    g = tl.arange(0, GROUP_PAD)
+    g_ok = g < GROUP
+    q_rows = q_ptr + b.to(tl.int64) * stride_qb + (h * GROUP + g)[:, None] * stride_qh
+    q = tl.load(q_rows + d[None, :], mask=g_ok[:, None], other=0.0)
     m_i = tl.full((GROUP_PAD,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((GROUP_PAD,), dtype=tl.float32)
     acc = tl.zeros((GROUP_PAD, D), dtype=tl.float32)
-    for n0 in range(start, end, BLOCK_N):
+    first = start
+    if EARLY:
+        # the new token's slot, if it is in the first tile, after the wait
+        new = (ok0 & (offs0 == kv_len - 1))[:, None]
+        k0 = tl.where(new, tl.load(k_rows0, mask=new, other=0.0), k0)
+        v0 = tl.where(new, tl.load(v_rows0, mask=new, other=0.0), v0)
+        m_i, alpha, p, l_i = _scores(q, k0, ok0, m_i, l_i, scale_log2, USE_DOT)
+        acc = _values(p, v0, alpha, acc, USE_DOT)
+        first = start + BLOCK_N
+    for n0 in range(first, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok = offs < end
         rows = offs.to(tl.int64)[:, None]
         k = tl.load(k_base + rows * stride_kn + d[None, :], mask=ok[:, None], other=0.0)
-        if USE_DOT:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
-        s = tl.where(ok[None, :], s * scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i, alpha, p, l_i = _scores(q, k, ok, m_i, l_i, scale_log2, USE_DOT)
         v = tl.load(v_base + rows * stride_vn + d[None, :], mask=ok[:, None], other=0.0)
-        if USE_DOT:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.sum(
-                p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1
-            )
-        m_i = m_new
+        acc = _values(p, v, alpha, acc, USE_DOT)
     head = (b * HKV + h) * GROUP + g
     out = acc / l_i[:, None]
     part = head.to(tl.int64) * n_splits + pid_s
@@ -108,6 +118,29 @@ def _split_kernel(
                 _merge_head(
                     po_ptr, plse_ptr, out_ptr, (b * HKV + h) * GROUP + i, n_splits, D, BLOCK_S
                 )
+
+
+@triton.jit
+def _scores(q, k, ok, m_i, l_i, scale_log2, USE_DOT: tl.constexpr):
+    """One tile of keys (rows past `ok` masked off) into the online softmax: the new running
+    max, the rescale of what came before, the tile's weights and the new running sum."""
+    if USE_DOT:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+    s = tl.where(ok[None, :], s * scale_log2, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def _values(p, v, alpha, acc, USE_DOT: tl.constexpr):
+    """The tile's values, weighted by p, into the rescaled accumulator."""
+    if USE_DOT:
+        return tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
 
 
 @triton.jit
@@ -198,6 +231,7 @@ def kernel(
     num_stages: int = 4,
     use_dot: bool = True,
     merge: str = "kernel",
+    early_history: bool = False,
 ) -> torch.Tensor:
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
@@ -228,7 +262,7 @@ def kernel(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
         BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, FOLD=fold, BLOCK_S=fold_block_s,
-        num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
+        EARLY=bool(early_history), num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     if not fold:
         _merge_kernel[(b * hq,)](

@@ -67,25 +67,28 @@ def _read_without_waiting(src: torch.Tensor) -> torch.Tensor:
 
 
 def assert_waits_for_late_inputs(
-    run: Callable[..., torch.Tensor], fresh: tuple[torch.Tensor, ...], want: torch.Tensor
+    run: Callable[..., torch.Tensor],
+    fresh: tuple[torch.Tensor, ...],
+    want: torch.Tensor,
+    stale: Callable[[torch.Tensor], torch.Tensor] = torch.zeros_like,
 ) -> None:
     """For each of `fresh` in turn, `run(*inputs)` launched right after a kernel that writes that
-    input into a zeroed copy late (the others as they are) gives `want` (to bfloat16 rounding),
-    where a copy launched the same way without waiting sees the zeros."""
+    input late over `stale(input)` (zeros unless told; the others as they are) gives `want` (to
+    bfloat16 rounding), where a copy launched the same way without waiting sees the stale one."""
     scratch = torch.zeros_like(fresh[0])
     run(*fresh)
     write_late(fresh[0], scratch)
     _read_without_waiting(fresh[0])
     torch.cuda.synchronize()
     for i, src in enumerate(fresh):
-        stale = torch.zeros_like(src)
-        write_late(src, stale)
-        seen = _read_without_waiting(stale)
+        old = stale(src)
+        write_late(src, old)
+        seen = _read_without_waiting(old)
         torch.cuda.synchronize()
         assert not torch.equal(seen, _bytes(src)), f"input {i}: the no-wait control saw the write"
-        stale = torch.zeros_like(src)
-        write_late(src, stale)
-        got = run(*fresh[:i], stale, *fresh[i + 1 :])
+        old = stale(src)
+        write_late(src, old)
+        got = run(*fresh[:i], old, *fresh[i + 1 :])
         torch.cuda.synchronize()
         torch.testing.assert_close(
             got.double(), want.double(), atol=2e-2, rtol=2e-2, msg=f"input {i} written late"

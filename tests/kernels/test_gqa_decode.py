@@ -153,6 +153,34 @@ def test_the_fold_is_accepted_and_a_last_program_off_by_one_is_rejected(task, tm
     assert bug_codes <= {"mismatch", "non-finite-output", "constant-output", "crash"}, bug_codes
 
 
+def test_early_history_is_accepted_and_a_lost_new_slot_is_rejected(task, tmp_path) -> None:
+    """early_history at 32-token tiles (each split one tile, holding the cache's last slot at
+    every CPU shape) and at 16-token tiles (the loop after the early tile), merged and folded:
+    as near the reference as without it. A copy that drops the new slot's read after the wait
+    attends to a zero key and value there, and is rejected."""
+    triton_src = task.folder / "triton_gqa_decode.py"
+    bug = mutated(
+        triton_src,
+        "k0 = tl.where(new, tl.load(k_rows0, mask=new, other=0.0), k0)",
+        "k0 = k0",
+        tmp_path / "b.py",
+    )
+    early = {"early_history": True, "num_stages": 1, "split_tokens": 32}
+    specs = {
+        f"{merge}-{block_n}": (triton_src, early | {"block_n": block_n, "merge": merge})
+        for merge in ("kernel", "fold")
+        for block_n in (16, 32)
+    }
+    specs["no-dot"] = (triton_src, early | {"block_n": 16, "use_dot": False})
+    specs["bug"] = (bug, early | {"block_n": 32})
+    ev = evaluate_on_cpu(task, specs)
+    for label in specs.keys() - {"bug"}:
+        verdict = ev.by_label(label)
+        assert verdict.accepted, (label, verdict.reasons)
+        assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5, label
+    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+
+
 # Run under the interpreter in a Python of its own (task_checks.run_interpreted): fold calls (CPU
 # shape index, seed, params), each against the merge kernel and the reference, and the kept
 # counts after each.
@@ -214,6 +242,9 @@ def test_an_unknown_merge_is_refused(task) -> None:
         {"merge": "fold", "block_n": 128, "split_tokens": 2048, "num_warps": 8},
         # one warp merges 16 splits at a time: several blocks of them from 32768 tokens
         {"merge": "fold", "split_tokens": 256, "num_warps": 1},
+        {"early_history": True, "split_tokens": 256},
+        {"early_history": True, "split_tokens": 64},
+        {"early_history": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -237,6 +268,30 @@ def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(t
     want = task.reference(q.double(), k.double(), v.double())
     run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256, merge=merge)  # noqa: E731
     assert_waits_for_late_inputs(run, (q, k, v), want)
+
+
+@pytest.mark.gpu
+def test_early_history_waits_for_q_and_the_new_slot(task) -> None:
+    """With early_history, the history may be read before the wait, but q and the cache's last
+    slot (the new token's) not: launched right after a kernel that writes q, or the k or v cache
+    whose last slot was zero, 2 ms late, the kernel still gives the new answer (and a copy that
+    does not wait sees the old last slot)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_gqa_decode.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
+    q, k, v = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(q.double(), k.double(), v.double())
+
+    def without_the_new_slot(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() != 4:
+            return torch.zeros_like(t)
+        old = t.clone()
+        old[:, :, -1] = 0
+        return old
+
+    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256, early_history=True)  # noqa: E731
+    assert_waits_for_late_inputs(run, (q, k, v), want, stale=without_the_new_slot)
 
 
 @pytest.mark.gpu
@@ -298,7 +353,7 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
     types |= dict.fromkeys(scalars + strides, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64}
-    constexprs |= {"USE_DOT": True, "PDL": True}
+    constexprs |= {"USE_DOT": True, "PDL": True, "EARLY": False}
     unfolded = constexprs | {"FOLD": False, "BLOCK_S": 1, "out_ptr": None, "count_ptr": None}
     split = hopper_ptx(module._split_kernel, types, unfolded, 4, num_stages)
     assert_weights_stream_before_the_wait(split, 0)
@@ -311,3 +366,25 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
     merge = hopper_ptx(module._merge_kernel, types, {"D": 128, "BLOCK_S": 16, "PDL": True}, 4)
     assert_weights_stream_before_the_wait(merge, 0)
+
+
+@pytest.mark.parametrize("num_stages", [1, 3])
+def test_early_history_loads_only_the_first_tiles_k_and_v_before_the_wait(task, num_stages) -> None:
+    """Compiled for sm_90: with early_history, the split kernel's loads before
+    griddepcontrol.wait are the first tile's K and V, whole 16-byte vectors (64 rows of 128
+    bfloat16 over 128 threads: 8 each), and nothing else (q comes after it)."""
+    module = candidate_module(task, "triton_gqa_decode.py")
+    names = ("kv_len", "tokens_per_split", "n_splits", "stride_qb", "stride_qh", "stride_kb")
+    names += ("stride_kh", "stride_kn", "stride_vb", "stride_vh", "stride_vn")
+    types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
+    types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
+    types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
+    constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
+    constexprs |= {"PDL": True, "EARLY": True, "FOLD": False, "BLOCK_S": 1}
+    constexprs |= {"out_ptr": None, "count_ptr": None}
+    # the cache's strides are multiples of 16 elements at every real shape (d = 128)
+    strides = tuple(n for n in names if n.startswith("stride_"))
+    ptx = hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages, strides)
+    assert_weights_stream_before_the_wait(ptx, 0, other_early=2 * 8)
+    before = ptx.partition("griddepcontrol.wait")[0]
+    assert all(".v4." in line for line in before.splitlines() if "ld.global" in line)

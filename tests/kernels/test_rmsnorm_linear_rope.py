@@ -308,8 +308,8 @@ def test_a_chain_of_the_batch16_fold_kernels_replays_bit_for_bit(task) -> None:
     kernel, launched with programmatic dependent launch while the down projection drains, and
     then the o projection reads rope's output. Each tile's slices are summed in slice order, so
     a replay must give a direct call's bits, replay after replay, and every count must be back
-    at 0. (Session 12: replays of the 4-layer block at batch 16 differed from direct calls by
-    1.2e-3-1.9e-3, with 1 layer and with the peer for o and down by 0.)"""
+    at 0. (Session 12: replays of the 4-layer block at batch 16 sometimes differed from direct
+    calls by up to 1.9e-3, in the eager block too; this checks that ours are not a source.)"""
     rope = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
     residual_task = load_task("linear_residual")
     residual = candidate_module(residual_task, "triton_gemm_residual.py")
