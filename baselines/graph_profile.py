@@ -5,7 +5,12 @@ A decode step is a chain of a dozen kernels, and a chain's time is more than the
 kernels: each one waits for the one before to drain, then ramps up. `kernel_timeline` says how
 much of a replay is kernels and how much is the gaps between them, kernel by kernel. Every
 device activity counts as a kernel (a memset or copy node too), and the graph is taken to run on
-one stream: kernels that overlap would show negative gaps.
+one stream: kernels that overlap show negative gaps.
+
+Kernels launched with programmatic dependent launch do overlap: each starts while the one before
+drains and waits inside (`griddepcontrol.wait`), so its duration counts that wait too. What a
+kernel costs the chain is then its *advance*, from its start to the next kernel's start (its
+duration, for the last); the advances add up to the span.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class KernelStep:
     name: str
     duration_us: float
     gap_before_us: float  # from the end of the kernel before (0 for the first)
+    advance_us: float  # from its start to the next kernel's start (its duration, for the last)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,17 @@ def summarize_replays(spans: list[KernelSpan], replays: int) -> Timeline:
     for p in range(per):
         durations = [run[p].end_us - run[p].start_us for run in runs]
         gaps = [0.0 if p == 0 else run[p].start_us - run[p - 1].end_us for run in runs]
-        steps.append(KernelStep(p, names[p], statistics.median(durations), statistics.median(gaps)))
+        ends = [run[p + 1].start_us if p + 1 < per else run[p].end_us for run in runs]
+        advances = [end - run[p].start_us for end, run in zip(ends, runs, strict=True)]
+        steps.append(
+            KernelStep(
+                p,
+                names[p],
+                statistics.median(durations),
+                statistics.median(gaps),
+                statistics.median(advances),
+            )
+        )
     span = statistics.median(run[-1].end_us - run[0].start_us for run in runs)
     busy = statistics.median(sum(s.end_us - s.start_us for s in run) for run in runs)
     return Timeline(steps, replays, span, busy)
@@ -104,11 +120,12 @@ def kernel_timeline(graph: torch.cuda.CUDAGraph, replays: int = 20) -> Timeline:
 
 
 def format_timeline(timeline: Timeline, width: int = 60) -> str:
-    """A table: position, duration, gap before, kernel name (cut to `width`)."""
-    lines = [f"{'#':>3} {'us':>8} {'gap':>7}  kernel"]
+    """A table: position, duration, gap before, advance, kernel name (cut to `width`)."""
+    lines = [f"{'#':>3} {'us':>8} {'gap':>7} {'advance':>8}  kernel"]
     for s in timeline.steps:
         lines.append(
-            f"{s.position:>3} {s.duration_us:8.2f} {s.gap_before_us:7.2f}  {s.name[:width]}"
+            f"{s.position:>3} {s.duration_us:8.2f} {s.gap_before_us:7.2f} {s.advance_us:8.2f}"
+            f"  {s.name[:width]}"
         )
     lines.append(
         f"span {timeline.span_us:.2f} us: kernels {timeline.busy_us:.2f}, "

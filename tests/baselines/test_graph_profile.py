@@ -33,11 +33,27 @@ def test_replays_are_cut_in_time_order_and_medians_taken() -> None:
     assert [s.name for s in t.steps] == ["norm", "gemv", "add"]
     assert [s.duration_us for s in t.steps] == pytest.approx([2.1, 11.0, 1.0])
     assert [s.gap_before_us for s in t.steps] == pytest.approx([0.0, 2.0, 0.5])
+    # norm's start to gemv's: 3.0, 5.2, 4.1; gemv's to add's: 10.5, 15.5, 12.5; add's duration
+    assert [s.advance_us for s in t.steps] == pytest.approx([4.1, 12.5, 1.0])
     assert t.span_us == pytest.approx(17.6)  # the runs span 14.5, 18.7 and 17.6
     assert t.busy_us == pytest.approx(14.1)  # and run kernels for 13.0, 15.2 and 14.1
     assert t.gaps_us == pytest.approx(3.5)
     table = format_timeline(t)
     assert "gemv" in table and "gaps 3.50" in table
+    assert table.splitlines()[2].split()[:4] == ["1", "11.00", "2.00", "12.50"]
+
+
+def test_overlapping_kernels_advance_by_less_than_they_last() -> None:
+    """Launched with programmatic dependent launch, a kernel starts while the one before drains
+    (a negative gap) and its duration counts its wait: the advances still add up to the span."""
+    runs = [
+        _replay(0.0, [("rope", 0, 15.0), ("split", -1.5, 11.0), ("merge", -9.0, 13.0)]),
+        _replay(100.0, [("rope", 0, 15.0), ("split", -1.5, 11.0), ("merge", -9.0, 13.0)]),
+    ]
+    t = summarize_replays([s for run in runs for s in run], 2)
+    assert [s.advance_us for s in t.steps] == pytest.approx([13.5, 2.0, 13.0])
+    assert sum(s.advance_us for s in t.steps) == pytest.approx(t.span_us)
+    assert t.gaps_us == pytest.approx(-10.5)
 
 
 def test_uneven_or_differing_replays_are_refused() -> None:
