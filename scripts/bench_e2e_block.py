@@ -17,6 +17,10 @@ target is 90 % of copy bandwidth.
 With --layers N, each graph runs N blocks in sequence, each with its own weights and caches, as
 a model's decode step does: the graph's launch and its events (about 4 us, the timer's floor)
 are paid once per N blocks, and a kernel may overlap the last one of the block before it.
+
+With --also NAME=DIR (repeatable), the tables in DIR give two more variants, tuned:NAME and
+compiled-tuned:NAME, timed interleaved with the others: an A/B of tables (one of
+scripts/dispatch_variant.py, say) against the same eager and compiled blocks in the same run.
 """
 
 from __future__ import annotations
@@ -138,6 +142,22 @@ def _timeline(timer: GpuTimer, fn, inputs: tuple):
     return kernel_timeline(graph, replays=20)
 
 
+def parse_also(values: list[str]) -> list[tuple[str, Path]]:
+    """--also NAME=DIR values as (name, folder); raises ValueError naming the bad one."""
+    out: list[tuple[str, Path]] = []
+    for value in values:
+        name, sep, folder = value.partition("=")
+        if not sep or not name or not folder or ":" in name:
+            raise ValueError(f"--also {value!r}: expected NAME=DIR, NAME without ':'")
+        if name in {n for n, _ in out}:
+            raise ValueError(f"--also {value!r}: the name {name!r} is given twice")
+        path = Path(folder)
+        if not any(path.glob("dispatch-*.json")):
+            raise ValueError(f"--also {value!r}: no dispatch-<task>.json in {path}")
+        out.append((name, path))
+    return out
+
+
 def _ratio(medians: list[list[float]], base: int, other: int) -> dict:
     """median(base) / median(other): above 1, `other` is faster."""
     return ratio_interval(medians[base], medians[other]).to_dict()
@@ -154,13 +174,14 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     row["rel_error_vs_fp32"] = errors
     row["check_s"] = time.perf_counter() - t0
     limit = errors["eager"] + TOLERANCE
-    replay = {v: _replay_error(timer, getattr(blocks[v], mode), inputs) for v in VARIANTS}
+    variants = list(blocks)
+    replay = {v: _replay_error(timer, getattr(blocks[v], mode), inputs) for v in variants}
     row["replay_rel_error"] = replay
     row["correct"] = {
         label: err <= limit and replay[label] <= TOLERANCE for label, err in errors.items()
     }
     keep: list = []
-    runners = [_runner(timer, getattr(blocks[v], mode), inputs, captures, keep) for v in VARIANTS]
+    runners = [_runner(timer, getattr(blocks[v], mode), inputs, captures, keep) for v in variants]
     rule = StoppingRule(
         min_blocks=args.min_blocks,
         max_time_s=args.max_time_s,
@@ -169,12 +190,22 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     )
     result = measure_interleaved(runners, rule)
     med = result.medians
-    row["times_s"] = {v: summarize(med[i]).to_dict() for i, v in enumerate(VARIANTS)}
-    row["tuned_vs_eager"] = _ratio(med, 0, 2)
-    row["tuned_vs_compiled"] = _ratio(med, 1, 2)
-    row["compiled_vs_eager"] = _ratio(med, 0, 1)
-    row["compiled_tuned_vs_compiled"] = _ratio(med, 1, 3)
-    row["compiled_tuned_vs_eager"] = _ratio(med, 0, 3)
+    row["times_s"] = {v: summarize(med[i]).to_dict() for i, v in enumerate(variants)}
+    at = {v: i for i, v in enumerate(variants)}
+    row["tuned_vs_eager"] = _ratio(med, at["eager"], at["tuned"])
+    row["tuned_vs_compiled"] = _ratio(med, at["compiled"], at["tuned"])
+    row["compiled_vs_eager"] = _ratio(med, at["eager"], at["compiled"])
+    row["compiled_tuned_vs_compiled"] = _ratio(med, at["compiled"], at["compiled-tuned"])
+    row["compiled_tuned_vs_eager"] = _ratio(med, at["eager"], at["compiled-tuned"])
+    # each --also table against the main one, variant for variant: above 1, NAME's is faster
+    names = [v.partition(":")[2] for v in variants if v.startswith("tuned:")]
+    row["also"] = {
+        name: {
+            "tuned": _ratio(med, at["tuned"], at[f"tuned:{name}"]),
+            "compiled_tuned": _ratio(med, at["compiled-tuned"], at[f"compiled-tuned:{name}"]),
+        }
+        for name in names
+    }
     row["blocks"] = result.blocks
     row["samples_per_block"] = result.samples_per_block
     row["stop_reason"] = result.stop_reason
@@ -182,10 +213,10 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
         nbytes = layers * bytes_streamed(cfg, batch, length, itemsize=2)
         row["bytes_streamed"] = nbytes
         row["stream_pct_of_copy"] = {
-            v: 100 * nbytes / row["times_s"][v]["median"] / bw["copy"] for v in VARIANTS
+            v: 100 * nbytes / row["times_s"][v]["median"] / bw["copy"] for v in variants
         }
         row["stream_pct_of_read"] = {
-            v: 100 * nbytes / row["times_s"][v]["median"] / bw["read"] for v in VARIANTS
+            v: 100 * nbytes / row["times_s"][v]["median"] / bw["read"] for v in variants
         }
     if args.profile and mode == "decode":
         row["timeline"] = {}
@@ -203,11 +234,18 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     return row
 
 
+def _record_notes(doc: dict, ops, also_ops: dict) -> None:
+    """What each table chose for each call (the main one's, and each --also one's)."""
+    doc["tuned_notes"] = list(dict.fromkeys(ops.notes))
+    if also_ops:
+        doc["also_notes"] = {n: list(dict.fromkeys(o.notes)) for n, o in also_ops.items()}
+
+
 def _print_row(row: dict) -> None:
     t = row["times_s"]
     head = f"{row['kind']:5s} {row['mode']:7s} b{row['batch']:<3d} L{row['length']:<6d}"
     head += f" x{row['layers']} layers" if row["layers"] > 1 else ""
-    us = "  ".join(f"{v} {t[v]['median'] * 1e6:9.1f} us" for v in VARIANTS)
+    us = "  ".join(f"{v} {t[v]['median'] * 1e6:9.1f} us" for v in t)
     te, tc = row["tuned_vs_eager"], row["tuned_vs_compiled"]
     ct = row["compiled_tuned_vs_compiled"]
     line = (
@@ -215,9 +253,13 @@ def _print_row(row: dict) -> None:
         f"  tuned/compiled x{tc['ratio']:.3f} [{tc['ci_low']:.3f}, {tc['ci_high']:.3f}]"
         f"  compiled-tuned/compiled x{ct['ratio']:.3f} [{ct['ci_low']:.3f}, {ct['ci_high']:.3f}]"
     )
+    for name, r in row.get("also", {}).items():
+        ab = r["compiled_tuned"]
+        line += f"  {name}/main compiled-tuned x{ab['ratio']:.3f}"
+        line += f" [{ab['ci_low']:.3f}, {ab['ci_high']:.3f}]"
     if "stream_pct_of_copy" in row:
         pct = row["stream_pct_of_copy"]
-        line += "  stream % copy: " + " ".join(f"{v} {pct[v]:.1f}" for v in VARIANTS)
+        line += "  stream % copy: " + " ".join(f"{v} {p:.1f}" for v, p in pct.items())
     bad = [v for v, ok in row["correct"].items() if not ok]
     errs = " ".join(f"{v} {e:.2e}" for v, e in row["rel_error_vs_fp32"].items())
     errs += "  replay " + " ".join(f"{v} {e:.1e}" for v, e in row["replay_rel_error"].items())
@@ -257,6 +299,14 @@ def main(argv: list[str] | None = None) -> int:
         "model's layers run in one decode step's graph [default: 1]",
     )
     parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="more tables to time in the same run, as variants tuned:NAME and "
+        "compiled-tuned:NAME (repeatable)",
+    )
+    parser.add_argument(
         "--inductor-pdl",
         action="store_true",
         help="torch.compile's own kernels, in both compiled variants, launched with "
@@ -266,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.layers < 1:
         print(f"--layers: must be at least 1, got {args.layers}", file=sys.stderr)
+        return 2
+    try:
+        also = parse_also(args.also)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("bench_e2e_block: needs a CUDA GPU", file=sys.stderr)
@@ -301,11 +356,13 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     ops = tuned_ops(args.dispatch_dir, "cuda")
+    also_ops = {name: tuned_ops(folder, "cuda") for name, folder in also}
     doc: dict = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "dispatch_dir": str(args.dispatch_dir),
+        "also": {name: str(folder) for name, folder in also},
         "inductor_pdl": args.inductor_pdl,
         "copy_bytes_per_s": bw["copy"],
         "read_bytes_per_s": bw["read"],
@@ -319,12 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         weights = [make_weights(cfg, "cuda", seed=i) for i in range(args.layers)]
         eager = stacked_block([decoder_block(cfg, w, eager_ops()) for w in weights])
         tuned = stacked_block([decoder_block(cfg, w, ops) for w in weights])
-        blocks = {
-            "eager": eager,
-            "compiled": compiled_block(eager),
-            "tuned": tuned,
-            "compiled-tuned": compiled_block(tuned),
-        }
+        base = (eager, compiled_block(eager), tuned, compiled_block(tuned))
+        blocks = dict(zip(VARIANTS, base, strict=True))
+        for name, other in also_ops.items():
+            block = stacked_block([decoder_block(cfg, w, other) for w in weights])
+            blocks[f"tuned:{name}"] = block
+            blocks[f"compiled-tuned:{name}"] = compiled_block(block)
         for mode, batch, length in sizes:
             t0 = time.perf_counter()
             row = None
@@ -349,12 +406,12 @@ def main(argv: list[str] | None = None) -> int:
             row["wall_s"] = time.perf_counter() - t0
             doc["results"].append(row)
             _print_row(row)
-            doc["tuned_notes"] = list(dict.fromkeys(ops.notes))
+            _record_notes(doc, ops, also_ops)
             args.json.write_text(json.dumps(doc, indent=1))
         del weights, eager, tuned, blocks
         gc.collect()
         torch.cuda.empty_cache()
-    doc["tuned_notes"] = list(dict.fromkeys(ops.notes))
+    _record_notes(doc, ops, also_ops)
     args.json.write_text(json.dumps(doc, indent=1))
     print("tuned ops:", *doc["tuned_notes"], sep="\n  ")
     print(f"wrote {args.json}")

@@ -1,0 +1,61 @@
+"""scripts/bench_e2e_block.py: its --also tables (parsed and refused with the bad value named)
+and its refusal of bad arguments before it needs a GPU (the blocks themselves are timed on the
+GPU only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.source_files import import_file
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_e2e_block.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return import_file(SCRIPT)
+
+
+def _tables(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "dispatch-rmsnorm.json").write_text('{"task": "rmsnorm", "entries": []}')
+    return folder
+
+
+def test_also_names_each_table_folder(bench, tmp_path) -> None:
+    a, b = _tables(tmp_path / "a"), _tables(tmp_path / "b")
+    assert bench.parse_also([f"early={a}", f"split64={b}"]) == [("early", a), ("split64", b)]
+    assert bench.parse_also([]) == []
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("early", "expected NAME=DIR"),
+        ("=DIR", "expected NAME=DIR"),
+        ("a:b={tables}", "NAME without ':'"),
+        ("early={empty}", "no dispatch-<task>.json"),
+    ],
+)
+def test_a_bad_also_is_refused_with_its_value(bench, tmp_path, value, message) -> None:
+    tables, empty = _tables(tmp_path / "t"), tmp_path / "empty"
+    empty.mkdir()
+    value = value.format(tables=tables, empty=empty)
+    with pytest.raises(ValueError, match=message) as err:
+        bench.parse_also([value])
+    assert repr(value) in str(err.value)
+
+
+def test_a_name_given_twice_is_refused(bench, tmp_path) -> None:
+    tables = _tables(tmp_path / "t")
+    with pytest.raises(ValueError, match="'x' is given twice"):
+        bench.parse_also([f"x={tables}", f"x={tables}"])
+
+
+def test_bad_arguments_exit_2_before_the_gpu_is_needed(bench, tmp_path, capsys) -> None:
+    assert bench.main(["--also", "nofolder"]) == 2
+    assert "expected NAME=DIR" in capsys.readouterr().err
+    assert bench.main(["--layers", "0"]) == 2
+    assert "--layers" in capsys.readouterr().err
