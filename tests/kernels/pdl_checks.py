@@ -71,10 +71,12 @@ def assert_waits_for_late_inputs(
     fresh: tuple[torch.Tensor, ...],
     want: torch.Tensor,
     stale: Callable[[torch.Tensor], torch.Tensor] = torch.zeros_like,
+    exact: bool = False,
 ) -> None:
     """For each of `fresh` in turn, `run(*inputs)` launched right after a kernel that writes that
     input late over `stale(input)` (zeros unless told; the others as they are) gives `want` (to
-    bfloat16 rounding), where a copy launched the same way without waiting sees the stale one."""
+    bfloat16 rounding, or bit for bit with `exact`), where a copy launched the same way without
+    waiting sees the stale one."""
     scratch = torch.zeros_like(fresh[0])
     run(*fresh)
     write_late(fresh[0], scratch)
@@ -90,6 +92,9 @@ def assert_waits_for_late_inputs(
         write_late(src, old)
         got = run(*fresh[:i], old, *fresh[i + 1 :])
         torch.cuda.synchronize()
+        if exact:
+            assert torch.equal(got, want), f"input {i} written late: not the same bits"
+            continue
         torch.testing.assert_close(
             got.double(), want.double(), atol=2e-2, rtol=2e-2, msg=f"input {i} written late"
         )

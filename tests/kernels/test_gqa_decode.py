@@ -156,15 +156,19 @@ def test_the_fold_is_accepted_and_a_last_program_off_by_one_is_rejected(task, tm
 def test_early_history_is_accepted_and_a_lost_new_slot_is_rejected(task, tmp_path) -> None:
     """early_history at 32-token tiles (each split one tile, holding the cache's last slot at
     every CPU shape) and at 16-token tiles (the loop after the early tile), merged and folded:
-    as near the reference as without it. A copy that drops the new slot's read after the wait
-    attends to a zero key and value there, and is rejected."""
+    as near the reference as without it. Copies that drop the new slot's key or value read
+    after the wait attend to a zero there, and are rejected. (Reading the new slot before the
+    wait cannot show on the CPU, which never waits: the GPU race check is for that.)"""
     triton_src = task.folder / "triton_gqa_decode.py"
-    bug = mutated(
-        triton_src,
-        "k0 = tl.where(new, tl.load(k_rows0, mask=new, other=0.0), k0)",
-        "k0 = k0",
-        tmp_path / "b.py",
-    )
+    bugs = {
+        f"bug-{t}": mutated(
+            triton_src,
+            f"{t}0 = tl.where(new, tl.load({t}_rows0, mask=new, other=0.0), {t}0)",
+            f"{t}0 = {t}0",
+            tmp_path / f"bug_{t}.py",
+        )
+        for t in ("k", "v")
+    }
     early = {"early_history": True, "num_stages": 1, "split_tokens": 32}
     specs = {
         f"{merge}-{block_n}": (triton_src, early | {"block_n": block_n, "merge": merge})
@@ -172,13 +176,14 @@ def test_early_history_is_accepted_and_a_lost_new_slot_is_rejected(task, tmp_pat
         for block_n in (16, 32)
     }
     specs["no-dot"] = (triton_src, early | {"block_n": 16, "use_dot": False})
-    specs["bug"] = (bug, early | {"block_n": 32})
+    specs |= {label: (bug, early | {"block_n": 32}) for label, bug in bugs.items()}
     ev = evaluate_on_cpu(task, specs)
-    for label in specs.keys() - {"bug"}:
+    for label in specs.keys() - bugs.keys():
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5, label
-    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+    for label in bugs:
+        assert [r.code for r in ev.by_label(label).reasons] == ["mismatch"], label
 
 
 # Run under the interpreter in a Python of its own (task_checks.run_interpreted): fold calls (CPU
@@ -274,14 +279,15 @@ def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(t
 def test_early_history_waits_for_q_and_the_new_slot(task) -> None:
     """With early_history, the history may be read before the wait, but q and the cache's last
     slot (the new token's) not: launched right after a kernel that writes q, or the k or v cache
-    whose last slot was zero, 2 ms late, the kernel still gives the new answer (and a copy that
-    does not wait sees the old last slot)."""
+    whose last slot was zero, 2 ms late, the kernel gives the bits it gives on the new inputs
+    (and a copy that does not wait sees the old last slot). The splits are one 64-token tile
+    each, so the new slot sits in the last split's early tile; each stale input is checked to
+    change the output, so a kernel that read it early could not pass."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gqa_decode.py")
     shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
     q, k, v = task.make_inputs(shape, 7, "cuda")
-    want = task.reference(q.double(), k.double(), v.double())
 
     def without_the_new_slot(t: torch.Tensor) -> torch.Tensor:
         if t.dim() != 4:
@@ -290,8 +296,19 @@ def test_early_history_waits_for_q_and_the_new_slot(task) -> None:
         old[:, :, -1] = 0
         return old
 
-    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256, early_history=True)  # noqa: E731
-    assert_waits_for_late_inputs(run, (q, k, v), want, stale=without_the_new_slot)
+    def run(q, k, v):
+        return module.kernel(q, k, v, block_n=64, split_tokens=64, early_history=True)
+
+    want = run(q, k, v)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(
+        want.double(), task.reference(q.double(), k.double(), v.double()), atol=2e-2, rtol=2e-2
+    )
+    for i in range(3):
+        stale = [q, k, v]
+        stale[i] = without_the_new_slot(stale[i])
+        assert not torch.equal(run(*stale), want), f"input {i}: its stale copy changes nothing"
+    assert_waits_for_late_inputs(run, (q, k, v), want, stale=without_the_new_slot, exact=True)
 
 
 @pytest.mark.gpu
