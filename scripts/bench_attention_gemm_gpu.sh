@@ -142,8 +142,9 @@ for stage in $STAGES; do
         ;;
     gqa_early)
         # Batch 1 with early_history (the first tile's K and V, all but the new slot, loaded
-        # before gdc_wait): alone nothing drains before it, so the bench checks it on the GPU
-        # and that it costs nothing; what it gains shows only in the block (dispatch_variant).
+        # before gdc_wait) and prefetch_l2 (the split's lines asked of L2 before it): alone
+        # nothing drains before it, so the bench checks them on the GPU and what they cost;
+        # what they gain shows only in the block (bench_e2e_block --also).
         bench gqa_decode triton_gqa_decode.py early4k \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"early_history":true}' "" b1-kv4096
         bench gqa_decode triton_gqa_decode.py early32k \
@@ -153,7 +154,9 @@ for stage in $STAGES; do
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"early_history":true}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":128,"early_history":true}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":64,"early_history":true}' \
-            '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":64,"early_history":true}'
+            '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":64,"early_history":true}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"prefetch_l2":true}' \
+            '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"prefetch_l2":true,"early_history":true}'
         ;;
     gqa_b1)
         # Batch 1, where the kernel streams at 88 % (131072 tokens) and 74 % (32768) of copy and

@@ -22,7 +22,12 @@ writes no slot of the cache but the last, as in a decode step that appends the n
 then attends, and (2) that kernel lets this one launch only after its own wait (or is launched
 without programmatic dependent launch), so every kernel before it is done. The first tile stays
 in registers across the wait: about 210 registers a thread at 64-token tiles with 4 warps or
-128 with 8 (78 without), and spills at 128 with 4 warps or 256 with 8."""
+128 with 8 (78 without), and spills at 128 with 4 warps or 256 with 8.
+
+`prefetch_l2` True has the split kernel, before the wait, ask L2 for every 128-byte line of its
+split's K and V (`prefetch.global.L2`), holding no register. A prefetch changes no value (L2 is
+where every SM's reads and writes meet), so it may cover the new slot too. On a CUDA device
+only: the interpreter has no inline PTX."""
 
 import functools
 import math
@@ -41,6 +46,7 @@ PARAMS = {
     "use_dot": [True, False],
     "merge": ["kernel", "fold"],
     "early_history": [False, True],
+    "prefetch_l2": [False, True],
 }
 MERGES = ("kernel", "fold")
 
@@ -59,7 +65,7 @@ def _split_kernel(
     stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr,
-    BLOCK_S: tl.constexpr, EARLY: tl.constexpr,
+    BLOCK_S: tl.constexpr, EARLY: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -79,6 +85,12 @@ def _split_kernel(
         old = (ok0 & (offs0 < kv_len - 1))[:, None]
         k0 = tl.load(k_rows0, mask=old, other=0.0)
         v0 = tl.load(v_rows0, mask=old, other=0.0)
+    if PREFETCH:
+        lines = tl.arange(0, D // LINE) * LINE  # a row's 128-byte lines
+        for n0 in range(start, end, BLOCK_N):
+            rows = tl.minimum(n0 + tl.arange(0, BLOCK_N), end - 1).to(tl.int64)[:, None]
+            _prefetch_l2(k_base + rows * stride_kn + lines[None, :])
+            _prefetch_l2(v_base + rows * stride_vn + lines[None, :])
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -122,6 +134,15 @@ def _split_kernel(
                 _merge_head(
                     po_ptr, plse_ptr, out_ptr, (b * HKV + h) * GROUP + i, n_splits, D, BLOCK_S
                 )
+
+
+@triton.jit
+def _prefetch_l2(ptrs):
+    """Ask L2 for the line of each address (a hint: nothing is read into the program)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+        dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -236,6 +257,7 @@ def kernel(
     use_dot: bool = True,
     merge: str = "kernel",
     early_history: bool = False,
+    prefetch_l2: bool = False,
 ) -> torch.Tensor:
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
@@ -266,7 +288,9 @@ def kernel(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
         BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, FOLD=fold, BLOCK_S=fold_block_s,
-        EARLY=bool(early_history), num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
+        EARLY=bool(early_history), PREFETCH=bool(prefetch_l2) and q.device.type == "cuda",
+        LINE=max(1, min(d, 128 // k_cache.element_size())), num_warps=num_warps,
+        num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     if not fold:
         _merge_kernel[(b * hq,)](

@@ -176,6 +176,8 @@ def test_early_history_is_accepted_and_a_lost_new_slot_is_rejected(task, tmp_pat
         for block_n in (16, 32)
     }
     specs["no-dot"] = (triton_src, early | {"block_n": 16, "use_dot": False})
+    # on the CPU the prefetch is left out (the interpreter runs no inline PTX): the same answer
+    specs["prefetch"] = (triton_src, early | {"block_n": 16, "prefetch_l2": True})
     specs |= {label: (bug, early | {"block_n": 32}) for label, bug in bugs.items()}
     ev = evaluate_on_cpu(task, specs)
     for label in specs.keys() - bugs.keys():
@@ -250,6 +252,9 @@ def test_an_unknown_merge_is_refused(task) -> None:
         {"early_history": True, "split_tokens": 256},
         {"early_history": True, "split_tokens": 64},
         {"early_history": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
+        {"prefetch_l2": True, "split_tokens": 256},
+        {"prefetch_l2": True, "early_history": True, "split_tokens": 64},
+        {"prefetch_l2": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -261,17 +266,20 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("merge", ["kernel", "fold"])
-def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(task, merge) -> None:
+@pytest.mark.parametrize("params", [{"merge": "kernel"}, {"merge": "fold"}, {"prefetch_l2": True}])
+def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
+    task, params
+) -> None:
     """Launched with programmatic dependent launch right after kernels that write q, k and v
-    200 us late, the split kernel still reads the new ones, and the merge the split's parts."""
+    2 ms late, the split kernel still reads the new ones, and the merge the split's parts (with
+    the cache's lines prefetched to L2 before the wait too: a prefetch reads nothing in)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gqa_decode.py")
     shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
     q, k, v = task.make_inputs(shape, 7, "cuda")
     want = task.reference(q.double(), k.double(), v.double())
-    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256, merge=merge)  # noqa: E731
+    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=256, **params)  # noqa: E731
     assert_waits_for_late_inputs(run, (q, k, v), want)
 
 
@@ -370,7 +378,7 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
     types |= dict.fromkeys(scalars + strides, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64}
-    constexprs |= {"USE_DOT": True, "PDL": True, "EARLY": False}
+    constexprs |= {"USE_DOT": True, "PDL": True, "EARLY": False} | _NO_PREFETCH
     unfolded = constexprs | {"FOLD": False, "BLOCK_S": 1, "out_ptr": None, "count_ptr": None}
     split = hopper_ptx(module._split_kernel, types, unfolded, 4, num_stages)
     assert_weights_stream_before_the_wait(split, 0)
@@ -383,6 +391,31 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
     merge = hopper_ptx(module._merge_kernel, types, {"D": 128, "BLOCK_S": 16, "PDL": True}, 4)
     assert_weights_stream_before_the_wait(merge, 0)
+
+
+_NO_PREFETCH = {"PREFETCH": False, "LINE": 64}
+
+
+@pytest.mark.parametrize("num_stages", [1, 3])
+def test_the_l2_prefetch_reads_nothing_in_and_comes_before_the_wait(task, num_stages) -> None:
+    """Compiled for sm_90: with prefetch_l2, the split kernel issues prefetch.global.L2 for its
+    K and V lines (one each a thread a 64-token tile: 64 rows of two 128-byte lines over 128
+    threads) before griddepcontrol.wait and none after it, and still loads nothing before it."""
+    module = candidate_module(task, "triton_gqa_decode.py")
+    names = ("kv_len", "tokens_per_split", "n_splits", "stride_qb", "stride_qh", "stride_kb")
+    names += ("stride_kh", "stride_kn", "stride_vb", "stride_vh", "stride_vn")
+    types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
+    types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
+    types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
+    constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
+    constexprs |= {"PDL": True, "EARLY": False, "FOLD": False, "BLOCK_S": 1}
+    constexprs |= {"out_ptr": None, "count_ptr": None, "PREFETCH": True, "LINE": 64}
+    strides = tuple(n for n in names if n.startswith("stride_"))
+    ptx = hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages, strides)
+    before, _, after = ptx.partition("griddepcontrol.wait")
+    assert before.count("prefetch.global.L2") == 2
+    assert "prefetch" not in after
+    assert_weights_stream_before_the_wait(ptx, 0)
 
 
 @pytest.mark.parametrize("num_stages", [1, 3])
@@ -401,7 +434,7 @@ def test_early_history_loads_only_the_first_tiles_k_and_v_before_the_wait(task, 
     constexprs |= {"out_ptr": None, "count_ptr": None}
     # the cache's strides are multiples of 16 elements at every real shape (d = 128)
     strides = tuple(n for n in names if n.startswith("stride_"))
-    ptx = hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages, strides)
+    ptx = hopper_ptx(module._split_kernel, types, constexprs | _NO_PREFETCH, 4, num_stages, strides)
     assert_weights_stream_before_the_wait(ptx, 0, other_early=2 * 8)
     before = ptx.partition("griddepcontrol.wait")[0]
     assert all(".v4." in line for line in before.splitlines() if "ld.global" in line)
