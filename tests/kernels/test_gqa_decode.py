@@ -396,12 +396,10 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
 _NO_PREFETCH = {"PREFETCH": False, "LINE": 64}
 
 
-@pytest.mark.parametrize("num_stages", [1, 3])
-def test_the_l2_prefetch_reads_nothing_in_and_comes_before_the_wait(task, num_stages) -> None:
-    """Compiled for sm_90: with prefetch_l2, the split kernel issues prefetch.global.L2 for its
-    K and V lines (one each a thread a 64-token tile: 64 rows of two 128-byte lines over 128
-    threads) before griddepcontrol.wait and none after it, and still loads nothing before it."""
-    module = candidate_module(task, "triton_gqa_decode.py")
+def _split_ptx(module, num_stages: int, **options) -> str:
+    """The split kernel's sm_90 PTX at batch 1's launch (8 KV heads of 4 query heads, d 128,
+    64-token tiles, 4 warps, no fold), with `options` (EARLY, PREFETCH) on top; the cache's
+    strides are multiples of 16 elements, as at every real shape."""
     names = ("kv_len", "tokens_per_split", "n_splits", "stride_qb", "stride_qh", "stride_kb")
     names += ("stride_kh", "stride_kn", "stride_vb", "stride_vh", "stride_vn")
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
@@ -409,9 +407,18 @@ def test_the_l2_prefetch_reads_nothing_in_and_comes_before_the_wait(task, num_st
     types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
     constexprs |= {"PDL": True, "EARLY": False, "FOLD": False, "BLOCK_S": 1}
-    constexprs |= {"out_ptr": None, "count_ptr": None, "PREFETCH": True, "LINE": 64}
+    constexprs |= {"out_ptr": None, "count_ptr": None} | _NO_PREFETCH | options
     strides = tuple(n for n in names if n.startswith("stride_"))
-    ptx = hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages, strides)
+    return hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages, strides)
+
+
+@pytest.mark.parametrize("num_stages", [1, 3])
+def test_the_l2_prefetch_reads_nothing_in_and_comes_before_the_wait(task, num_stages) -> None:
+    """Compiled for sm_90: with prefetch_l2, the split kernel issues prefetch.global.L2 for its
+    K and V lines (one each a thread a 64-token tile: 64 rows of two 128-byte lines over 128
+    threads) before griddepcontrol.wait and none after it, and still loads nothing before it."""
+    module = candidate_module(task, "triton_gqa_decode.py")
+    ptx = _split_ptx(module, num_stages, PREFETCH=True)
     before, _, after = ptx.partition("griddepcontrol.wait")
     assert before.count("prefetch.global.L2") == 2
     assert "prefetch" not in after
@@ -424,17 +431,7 @@ def test_early_history_loads_only_the_first_tiles_k_and_v_before_the_wait(task, 
     griddepcontrol.wait are the first tile's K and V, whole 16-byte vectors (64 rows of 128
     bfloat16 over 128 threads: 8 each), and nothing else (q comes after it)."""
     module = candidate_module(task, "triton_gqa_decode.py")
-    names = ("kv_len", "tokens_per_split", "n_splits", "stride_qb", "stride_qh", "stride_kb")
-    names += ("stride_kh", "stride_kn", "stride_vb", "stride_vh", "stride_vn")
-    types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
-    types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
-    types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
-    constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
-    constexprs |= {"PDL": True, "EARLY": True, "FOLD": False, "BLOCK_S": 1}
-    constexprs |= {"out_ptr": None, "count_ptr": None}
-    # the cache's strides are multiples of 16 elements at every real shape (d = 128)
-    strides = tuple(n for n in names if n.startswith("stride_"))
-    ptx = hopper_ptx(module._split_kernel, types, constexprs | _NO_PREFETCH, 4, num_stages, strides)
+    ptx = _split_ptx(module, num_stages, EARLY=True)
     assert_weights_stream_before_the_wait(ptx, 0, other_early=2 * 8)
     before = ptx.partition("griddepcontrol.wait")[0]
     assert all(".v4." in line for line in before.splitlines() if "ld.global" in line)
