@@ -73,12 +73,7 @@ for stage in "$@"; do
             "${sources[@]}" --markdown "$OUT/dispatch/dispatch.md" 2>&1 | tee "$OUT/dispatch.log" |
             grep -v '^|' | tail -20
         ;;
-    e2e)
-        tables=${E2E_DISPATCH:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
-        timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
-            --kinds "${E2E_KINDS:-llama}" --json "$OUT/e2e.json" ${E2E_ARGS:-} 2>&1 | tee "$OUT/e2e.log" | tail -30
-        ;;
-    e2e[2-9])
+    e2e|e2e[2-9])
         n=${stage#e2e}
         dispatch_var=E2E${n}_DISPATCH args_var=E2E${n}_ARGS kinds_var=E2E${n}_KINDS
         tables=${!dispatch_var:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}

@@ -371,21 +371,10 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     and count nothing before griddepcontrol.wait (q comes from the kernel before; the cache may
     too)."""
     module = candidate_module(task, "triton_gqa_decode.py")
-    scalars = ("kv_len", "tokens_per_split", "n_splits")
-    strides = ("stride_qb", "stride_qh", "stride_kb", "stride_kh", "stride_kn")
-    strides += ("stride_vb", "stride_vh", "stride_vn")
-    types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
-    types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
-    types |= dict.fromkeys(scalars + strides, "i32") | {"scale_log2": "fp32"}
-    constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64}
-    constexprs |= {"USE_DOT": True, "PDL": True, "EARLY": False} | _NO_PREFETCH
-    unfolded = constexprs | {"FOLD": False, "BLOCK_S": 1, "out_ptr": None, "count_ptr": None}
-    split = hopper_ptx(module._split_kernel, types, unfolded, 4, num_stages)
+    split = _split_ptx(module, num_stages)
     assert_weights_stream_before_the_wait(split, 0)
     assert "atom." not in split
-    folded = constexprs | {"FOLD": True, "BLOCK_S": 64}
-    fold_types = types | {"out_ptr": "*bf16", "count_ptr": "*i32"}
-    fold = hopper_ptx(module._split_kernel, fold_types, folded, 4, num_stages)
+    fold = _split_ptx(module, num_stages, FOLD=True, BLOCK_S=64)
     assert_weights_stream_before_the_wait(fold, 0)
     assert "atom.global.gpu.acq_rel.add" in fold
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
@@ -393,13 +382,11 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     assert_weights_stream_before_the_wait(merge, 0)
 
 
-_NO_PREFETCH = {"PREFETCH": False, "LINE": 64}
-
-
 def _split_ptx(module, num_stages: int, **options) -> str:
     """The split kernel's sm_90 PTX at batch 1's launch (8 KV heads of 4 query heads, d 128,
-    64-token tiles, 4 warps, no fold), with `options` (EARLY, PREFETCH) on top; the cache's
-    strides are multiples of 16 elements, as at every real shape."""
+    64-token tiles, 4 warps; no fold, early history or prefetch), with `options` (FOLD and
+    BLOCK_S, EARLY, PREFETCH) on top; the cache's strides are multiples of 16 elements, as at
+    every real shape."""
     names = ("kv_len", "tokens_per_split", "n_splits", "stride_qb", "stride_qh", "stride_kb")
     names += ("stride_kh", "stride_kn", "stride_vb", "stride_vh", "stride_vn")
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr"), "*bf16")
@@ -407,7 +394,11 @@ def _split_ptx(module, num_stages: int, **options) -> str:
     types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
     constexprs |= {"PDL": True, "EARLY": False, "FOLD": False, "BLOCK_S": 1}
-    constexprs |= {"out_ptr": None, "count_ptr": None} | _NO_PREFETCH | options
+    constexprs |= {"PREFETCH": False, "LINE": 64} | options
+    if constexprs["FOLD"]:
+        types |= {"out_ptr": "*bf16", "count_ptr": "*i32"}
+    else:
+        constexprs |= {"out_ptr": None, "count_ptr": None}
     strides = tuple(n for n in names if n.startswith("stride_"))
     return hopper_ptx(module._split_kernel, types, constexprs, 4, num_stages, strides)
 
