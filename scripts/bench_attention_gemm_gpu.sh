@@ -5,9 +5,9 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [mla_decode] [prefill_attention] [fp8_gemm]
+#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [prefill_attention] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold and gqa_early (estimated 5-7 minutes on
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early and mla_b1 (estimated 5-7 minutes on
 # an H200; split across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -195,6 +195,27 @@ for stage in $STAGES; do
             '{"block_h":64,"block_n":128,"num_warps":8,"num_stages":1,"programs_per_sm":1}' \
             '{"block_h":32,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
             '{"block_h":64,"block_n":64,"num_warps":8,"num_stages":3,"programs_per_sm":1}'
+        ;;
+    mla_b1)
+        # Batch 1 at 4096 and 32768 tokens, the DeepSeek block's decode sizes, which the table
+        # served from the 131072-token entry (64 splits of 128 heads x 512 fp32 partials: 16.8
+        # MB written and merged, for 4.7 MB of cache at 4096). Configs with fewer partials, then
+        # the fastest at each size against every peer.
+        sweep mla_decode triton_mla_decode.py b1 eager b1-kv4096,b1-kv32768 \
+            '{}' \
+            '{"block_h":16,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":32,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":16,"block_n":32,"num_warps":4,"num_stages":3,"programs_per_sm":2}' \
+            '{"block_h":16,"block_n":64,"num_warps":4,"num_stages":2,"programs_per_sm":2}' \
+            '{"block_h":32,"block_n":32,"num_warps":4,"num_stages":3,"programs_per_sm":1}' \
+            '{"block_h":64,"block_n":64,"num_warps":8,"num_stages":2,"split_tokens":256}' \
+            '{"block_h":64,"block_n":32,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":16,"block_n":128,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
+            '{"block_h":32,"block_n":64,"num_warps":8,"num_stages":2,"programs_per_sm":2}'
+        for shape in b1-kv4096 b1-kv32768; do
+            best=$(python3 scripts/sweep_best.py "$DIR/mla_decode-b1.json" "$shape") &&
+                bench mla_decode triton_mla_decode.py "b1best-$shape" "$best" "" "$shape"
+        done
         ;;
     prefill_attention)
         # Against SDPA pinned to its two fastest backends: eager is SDPA's own pick among them,

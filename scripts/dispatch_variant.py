@@ -10,7 +10,8 @@ Markdown is not (it describes the tables as benched): VARIANT.txt says what was 
         --set TASK SHAPE NAME PARAMS_JSON [--set ...]
 
 NAME is a candidate file of the task's folder (its PARAMS_JSON a JSON object) or one of the
-task's peers (PARAMS_JSON '{}').
+task's peers (PARAMS_JSON '{}'). SHAPE is an entry's shape, or one of the task's GPU shapes that
+the table has no entry for, which is then added (edited like the others).
 """
 
 from __future__ import annotations
@@ -28,13 +29,22 @@ from loop.dispatch import load_dispatch, save_dispatch  # noqa: E402
 from loop.tasks import TaskError, load_task  # noqa: E402
 
 
-def edit_entry(table: dict, shape: str, name: str, params: dict, peers: list[str]) -> None:
+def edit_entry(
+    table: dict, shape: str, name: str, params: dict, peers: list[str], dims: dict | None = None
+) -> None:
     """Point `table`'s entry for `shape` at candidate file `name` with `params`, or at peer
-    `name`; raises ValueError naming what is wrong."""
+    `name`; where the table has no entry for `shape`, add one with the task shape's `dims`
+    (None: `shape` is not one of the task's). Raises ValueError naming what is wrong."""
     entry = next((e for e in table["entries"] if e["shape"] == shape), None)
-    if entry is None:
+    if entry is None and dims is None:
         known = ", ".join(e["shape"] for e in table["entries"])
-        raise ValueError(f"{table['task']}: no entry for shape {shape!r} (entries: {known})")
+        raise ValueError(
+            f"{table['task']}: no entry for shape {shape!r} (entries: {known}), nor is it one of"
+            " the task's shapes"
+        )
+    if entry is None:
+        entry = {"shape": shape, "dims": dict(dims)}
+        table["entries"].append(entry)
     if name.endswith(".py"):
         source = "candidate"
     elif name in peers:
@@ -78,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             if name.endswith(".py") and not (task.folder / name).is_file():
                 raise ValueError(f"{task_name}: no candidate file {name} in {task.folder}")
             table = tables.setdefault(task_name, load_dispatch(path))
-            edit_entry(table, shape, name, params, list(task.peers))
+            dims = next((s.dims for s in task.shapes("cuda") if s.name == shape), None)
+            edit_entry(table, shape, name, params, list(task.peers), dims)
     except (ValueError, TaskError) as exc:
         print(f"dispatch_variant: {exc}", file=sys.stderr)
         return 2

@@ -27,7 +27,14 @@ in registers across the wait: about 210 registers a thread at 64-token tiles wit
 `prefetch_l2` True has the split kernel, before the wait, ask L2 for every 128-byte line of its
 split's K and V (`prefetch.global.L2`), holding no register. A prefetch changes no value (L2 is
 where every SM's reads and writes meet), so it may cover the new slot too. On a CUDA device
-only: the interpreter has no inline PTX."""
+only: the interpreter has no inline PTX.
+
+`early_dependents` True has the merge kernel let the kernel after it launch before its own wait,
+not after it, so that kernel (in a decoder block, the output projection, whose weights nothing
+writes) streams what it may read early while the split kernel still runs; without it, it
+launches only once the split kernel is done. It is right only where the kernel after the merge
+reads nothing before its wait that a kernel before it writes: that kernel's wait still waits for
+the merge, and the merge's for the split."""
 
 import functools
 import math
@@ -47,6 +54,7 @@ PARAMS = {
     "merge": ["kernel", "fold"],
     "early_history": [False, True],
     "prefetch_l2": [False, True],
+    "early_dependents": [False, True],
 }
 MERGES = ("kernel", "fold")
 
@@ -194,11 +202,15 @@ def _merge_head(po_ptr, plse_ptr, out_ptr, head, n_splits, D: tl.constexpr, BLOC
 
 @triton.jit
 def _merge_kernel(
-    po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr
+    po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr, EARLY_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     if PDL:
+        if EARLY_DEPENDENTS:
+            tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if not EARLY_DEPENDENTS:
+            tl.extra.cuda.gdc_launch_dependents()
     _merge_head(po_ptr, plse_ptr, out_ptr, tl.program_id(0), n_splits, D, BLOCK_S)
 
 
@@ -258,6 +270,7 @@ def kernel(
     merge: str = "kernel",
     early_history: bool = False,
     prefetch_l2: bool = False,
+    early_dependents: bool = False,
 ) -> torch.Tensor:
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
@@ -294,7 +307,7 @@ def kernel(
     )  # fmt: skip
     if not fold:
         _merge_kernel[(b * hq,)](
-            part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, PDL=pdl, num_warps=4,
-            launch_pdl=pdl,
+            part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, PDL=pdl,
+            EARLY_DEPENDENTS=bool(early_dependents), num_warps=4, launch_pdl=pdl,
         )  # fmt: skip
     return out

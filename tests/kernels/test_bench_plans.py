@@ -17,17 +17,20 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
     """(task, candidate, shapes, configs) of every `bench` and `sweep` line of the shell script
-    (continuation lines joined; words that are shell variables skipped)."""
+    (continuation lines joined; shapes and configs that are shell variables skipped)."""
     plans = []
     for line in text.replace("\\\n", " ").splitlines():
         words = line.split(maxsplit=1)
         if len(words) < 2 or words[0] not in ("bench", "sweep"):
             continue
-        args = [a for a in shlex.split(words[1]) if not a.startswith("$")]
+        args = shlex.split(words[1])
         if words[0] == "bench":  # task candidate tag params peers shapes...
-            plans.append((args[0], args[1], args[5:], [json.loads(args[3])]))
+            shapes, configs = args[5:], [args[3]]
         else:  # task candidate tag peer shapes,... configs...
-            plans.append((args[0], args[1], args[4].split(","), [json.loads(c) for c in args[5:]]))
+            shapes, configs = args[4].split(","), args[5:]
+        shapes = [s for s in shapes if not s.startswith("$")]
+        configs = [json.loads(c) for c in configs if not c.startswith("$")]
+        plans.append((args[0], args[1], shapes, configs))
     return plans
 
 

@@ -255,6 +255,8 @@ def test_an_unknown_merge_is_refused(task) -> None:
         {"prefetch_l2": True, "split_tokens": 256},
         {"prefetch_l2": True, "early_history": True, "split_tokens": 64},
         {"prefetch_l2": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
+        {"early_dependents": True, "split_tokens": 256},
+        {"early_dependents": True, "early_history": True, "split_tokens": 256},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -266,7 +268,10 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{"merge": "kernel"}, {"merge": "fold"}, {"prefetch_l2": True}])
+@pytest.mark.parametrize(
+    "params",
+    [{"merge": "kernel"}, {"merge": "fold"}, {"prefetch_l2": True}, {"early_dependents": True}],
+)
 def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
     task, params
 ) -> None:
@@ -317,6 +322,36 @@ def test_early_history_waits_for_q_and_the_new_slot(task) -> None:
         stale[i] = without_the_new_slot(stale[i])
         assert not torch.equal(run(*stale), want), f"input {i}: its stale copy changes nothing"
     assert_waits_for_late_inputs(run, (q, k, v), want, stale=without_the_new_slot, exact=True)
+
+
+@pytest.mark.gpu
+def test_the_projection_after_an_early_dependents_merge_reads_the_merged_output(task) -> None:
+    """With early_dependents, the output projection after the merge (the Triton GEMV with its
+    residual, which streams its weights before its wait) launches while the split kernel runs;
+    over 50 steps, each on a new query, the chain gives bit for bit what it gives with the
+    merge letting it launch only after its wait."""
+    module = candidate_module(task, "triton_gqa_decode.py")
+    linear_residual = load_task("linear_residual")
+    gemv = candidate_module(linear_residual, "triton_gemv_residual.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
+    _, k, v = task.make_inputs(shape, 7, "cuda")
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    w = torch.randn((4096, 4096), device="cuda", generator=gen).div_(64).bfloat16()
+    r = torch.randn((1, 4096), device="cuda", generator=gen).bfloat16()
+    queries = [task.make_inputs(shape, 100 + i, "cuda")[0] for i in range(50)]
+
+    def steps(early: bool) -> list[torch.Tensor]:
+        outs = []
+        for query in queries:
+            att = module.kernel(query, k, v, split_tokens=256, early_dependents=early)
+            outs.append(gemv.kernel(att.view(1, -1), w, r, per_lane=8, block_n=2))
+        torch.cuda.synchronize()
+        return outs
+
+    want = steps(False)
+    assert not torch.equal(want[0], want[1])
+    for got, expected in zip(steps(True), want, strict=True):
+        assert torch.equal(got, expected)
 
 
 @pytest.mark.gpu
@@ -377,9 +412,28 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     fold = _split_ptx(module, num_stages, FOLD=True, BLOCK_S=64)
     assert_weights_stream_before_the_wait(fold, 0)
     assert "atom.global.gpu.acq_rel.add" in fold
-    types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
-    merge = hopper_ptx(module._merge_kernel, types, {"D": 128, "BLOCK_S": 16, "PDL": True}, 4)
+    merge = _merge_ptx(module, EARLY_DEPENDENTS=False)
     assert_weights_stream_before_the_wait(merge, 0)
+
+
+def _merge_ptx(module, **constexprs) -> str:
+    """The merge kernel's sm_90 PTX (d 128, 16 splits a block, 4 warps)."""
+    types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
+    constexprs = {"D": 128, "BLOCK_S": 16, "PDL": True} | constexprs
+    return hopper_ptx(module._merge_kernel, types, constexprs, 4)
+
+
+def test_early_dependents_launch_the_next_kernel_before_the_merges_wait(task) -> None:
+    """Compiled for sm_90: with early_dependents, the merge kernel lets its dependents launch
+    before griddepcontrol.wait (and not again after it), and still loads and stores nothing
+    before the wait; without it, only after the wait."""
+    module = candidate_module(task, "triton_gqa_decode.py")
+    before, wait, after = _merge_ptx(module, EARLY_DEPENDENTS=True).partition("griddepcontrol.wait")
+    assert wait
+    assert before.count("griddepcontrol.launch_dependents") == 1
+    assert "griddepcontrol.launch_dependents" not in after
+    assert "ld.global" not in before and "st.global" not in before
+    assert "ld.global" in after and "st.global" in after
 
 
 def _split_ptx(module, num_stages: int, **options) -> str:

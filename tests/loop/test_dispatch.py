@@ -280,6 +280,21 @@ def test_variant_changes_only_the_named_entries_and_marks_them(tmp_path: Path) -
     assert original[DECODE]["name"] == "triton_rmsnorm.py" and "edited" not in original[DECODE]
 
 
+def test_variant_adds_an_entry_for_a_task_shape_the_table_lacks(tmp_path: Path) -> None:
+    """decode-16x4096 is one of rmsnorm's shapes with no entry in the table: the variant adds
+    one, marked edited, with the task shape's dims, and calls of 16 tokens now take it."""
+    src = _tables(tmp_path)
+    dst = tmp_path / "dst"
+    args = [str(src), str(dst), "--set", "rmsnorm", "decode-16x4096", "eager", "{}"]
+    assert load(src / "dispatch-rmsnorm.json")(tokens=16, hidden=4096).shape == DECODE
+    assert _variant_script().main(args) == 0
+    pick = load(dst / "dispatch-rmsnorm.json")
+    assert pick(tokens=16, hidden=4096) == Choice("peer", "eager", {}, "decode-16x4096")
+    assert pick(tokens=1, hidden=4096).shape == DECODE
+    added = _by_shape(json.loads((dst / "dispatch-rmsnorm.json").read_text()))["decode-16x4096"]
+    assert added["edited"] and added["dims"]["tokens"] == 16 and added["dims"]["hidden"] == 4096
+
+
 @pytest.mark.parametrize(
     "entry,message",
     [
