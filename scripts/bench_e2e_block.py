@@ -67,7 +67,8 @@ KINDS = {"llama": LlamaConfig, "mla": MlaConfig}
 # torch.compile of that block, the kernels opaque ops inside it (where a peer won, the op is
 # compiled as in `compiled`).
 VARIANTS = ("eager", "compiled", "tuned", "compiled-tuned")
-# With --profile, the decode sizes' kernel timelines of these variants.
+# With --profile, the decode sizes' kernel timelines of these variants (and of each --also
+# table's compiled-tuned block).
 PROFILED = ("compiled", "compiled-tuned")
 # Allowed relative error against the float32 block, over and above eager's own.
 TOLERANCE = 2e-2
@@ -220,7 +221,7 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
         }
     if args.profile and mode == "decode":
         row["timeline"] = {}
-        for v in PROFILED:
+        for v in [*PROFILED, *(v for v in variants if v.startswith("compiled-tuned:"))]:
             try:
                 timeline = _timeline(timer, getattr(blocks[v], mode), inputs)
             except Exception as exc:  # no profiler, or a trace it cannot cut: keep the timings
