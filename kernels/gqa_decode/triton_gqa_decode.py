@@ -183,6 +183,17 @@ def _merge_head(po_ptr, plse_ptr, out_ptr, head, n_splits, D: tl.constexpr, BLOC
     head = head.to(tl.int64)
     d = tl.arange(0, D)
     lse_base = plse_ptr + head * n_splits
+    if n_splits <= BLOCK_S:
+        # one block holds every split: the weights and the partials are loaded together, in
+        # one round trip, not one for the max and a second for the rest
+        offs = tl.arange(0, BLOCK_S)
+        ok = offs < n_splits
+        lse = tl.load(lse_base + offs, mask=ok, other=float("-inf"))
+        o = tl.load(po_ptr + (head * n_splits + offs)[:, None] * D + d[None, :], mask=ok[:, None])
+        w = tl.exp2(lse - tl.max(lse, axis=0))
+        acc = tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
+        tl.store(out_ptr + head * D + d, (acc / tl.sum(w, axis=0)).to(out_ptr.dtype.element_ty))
+        return
     m = tl.max(tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32), axis=0)
     for s0 in range(0, n_splits, BLOCK_S):
         offs = s0 + tl.arange(0, BLOCK_S)

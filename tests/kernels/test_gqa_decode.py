@@ -231,6 +231,33 @@ def test_the_fold_twice_and_on_a_larger_batch_leaves_every_count_at_zero(task) -
     assert [len(call["kept"]) for call in seen] == [1, 1, 2]
 
 
+MANY_SPLITS = """
+import json
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("gqa_decode")
+module = candidate_module(task, "triton_gqa_decode.py")
+gen = torch.Generator().manual_seed(5)
+q, k, v = (torch.randn(shape, generator=gen) for shape in ((1, 8, 16), (1, 2, 1100, 16), (1, 2, 1100, 16)))
+want = task.reference(q.double(), k.double(), v.double())
+errors = {}
+for tokens in (16, 32, 1100):  # 69 splits (two blocks of 64 to merge), 35 (one), 1
+    got = module.kernel(q, k, v, block_n=16, split_tokens=tokens, num_stages=1)
+    errors[tokens] = float((got.double() - want).abs().max())
+print(json.dumps(errors))
+"""
+
+
+def test_the_merge_takes_one_block_of_splits_or_several(task) -> None:
+    """Under the interpreter, on a 1100-token cache: 69 splits (merged over two blocks of 64),
+    35 (one block, weights and partials loaded together) and 1 all give the reference."""
+    errors = json.loads(run_interpreted(MANY_SPLITS))
+    assert set(errors) == {"16", "32", "1100"}
+    assert all(err < 1e-5 for err in errors.values()), errors
+
+
 def test_an_unknown_merge_is_refused(task) -> None:
     module = candidate_module(task, "triton_gqa_decode.py")
     q, k, v = task.make_inputs(task.shapes("cpu")[0], 1, "cpu")

@@ -100,6 +100,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("cupy_gemv_residual.py", {}),
             ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
             ("triton_gemv_residual.py", {}),
+            ("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8, "prefetch_ahead": 1024}),
             ("triton_gemm_residual.py", {}),
             ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
             ("torch_linear_residual.py", {}),
@@ -145,14 +146,31 @@ def test_the_triton_gemv_streams_w_before_waiting_on_the_kernel_before_it(
     warps = module.warps_for(block_n, k_pad, per_lane)
     types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16") | {"M": "i32", "N": "i32"}
     constexprs = {"K": k, "K_PAD": k_pad, "BLOCK_N": block_n, "ROWS": rows, "PDL": True}
+    constexprs |= {"AHEAD": 0, "LINE": 64}
     ptx = hopper_ptx(module._gemv_residual, types, constexprs, warps)
     assert_weights_stream_before_the_wait(ptx, block_n * k_pad // 8 // (32 * warps))
+    assert "prefetch" not in ptx
+
+
+def test_prefetch_ahead_asks_l2_for_the_next_waves_rows_before_the_wait(task) -> None:
+    """Compiled for sm_90 with prefetch_ahead: before griddepcontrol.wait each thread issues
+    prefetch.global.L2 for one 128-byte line of the rows 1024 programs on (2 rows of 4096
+    bfloat16: 128 lines over 4 warps), and none after it; the loads are as without it."""
+    module = candidate_module(task, "triton_gemv_residual.py")
+    types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16") | {"M": "i32", "N": "i32"}
+    constexprs = {"K": 4096, "K_PAD": 4096, "BLOCK_N": 2, "ROWS": 1, "PDL": True}
+    ptx = hopper_ptx(module._gemv_residual, types, constexprs | {"AHEAD": 1024, "LINE": 64}, 4)
+    before, _, after = ptx.partition("griddepcontrol.wait")
+    assert before.count("prefetch.global.L2") == 1
+    assert "prefetch" not in after
+    assert_weights_stream_before_the_wait(ptx, 2 * 4096 // 8 // (32 * 4))
 
 
 @pytest.mark.gpu
 def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     """Launched with programmatic dependent launch right after kernels that write x and r
-    200 us late, it still reads the new x and r (W streams early; it is never written)."""
+    200 us late, it still reads the new x and r (W streams early; it is never written), with
+    the next wave's rows asked of L2 too."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gemv_residual.py")
@@ -160,6 +178,8 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
     assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r), (x, r), want)
+    ahead = {"block_n": 2, "per_lane": 8, "prefetch_ahead": 1024}
+    assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r, **ahead), (x, r), want)
 
 
 @pytest.mark.parametrize("params", [{"split_k": 1}, {"split_k": 2}])
