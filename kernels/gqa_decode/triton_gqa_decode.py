@@ -6,8 +6,8 @@ SM a program, else into enough splits to give every SM `programs_per_sm` program
 
 `merge` "kernel" merges in a second kernel, a program a query head. "fold" launches one kernel
 only: each program counts itself in on its KV head's counter once its partials are stored, and
-the last of the KV head's splits to arrive merges them for the group's query heads and sets the
-count back to 0. The counts live in one buffer per device, zeroed once when it is made, so no
+the last of the KV head's splits to arrive merges them for the group's query heads (all at once
+where they fit in 64 values a thread) and sets the count back to 0. The counts live in one buffer per device, zeroed once when it is made, so no
 call pays a kernel to zero them (nor does a CUDA graph's replay); calls on the same device must
 therefore not overlap (run them on one stream, as torch does by default).
 
@@ -74,6 +74,7 @@ def _split_kernel(
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_S: tl.constexpr, EARLY: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
+    GROUP_AT_ONCE: tl.constexpr,
 ):  # fmt: skip
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -138,10 +139,15 @@ def _split_kernel(
         arrived = tl.atomic_add(count_ptr + pid_bh, 1, sem="acq_rel", scope="gpu")
         if arrived == n_splits - 1:
             tl.store(count_ptr + pid_bh, 0)  # every split has counted: ready for the next call
-            for i in tl.static_range(GROUP):
-                _merge_head(
-                    po_ptr, plse_ptr, out_ptr, (b * HKV + h) * GROUP + i, n_splits, D, BLOCK_S
+            if GROUP_AT_ONCE:
+                _merge_group(
+                    po_ptr, plse_ptr, out_ptr, (b * HKV + h) * GROUP, n_splits, GROUP, D, BLOCK_S
                 )
+            else:
+                for i in tl.static_range(GROUP):
+                    _merge_head(
+                        po_ptr, plse_ptr, out_ptr, (b * HKV + h) * GROUP + i, n_splits, D, BLOCK_S
+                    )
 
 
 @triton.jit
@@ -209,6 +215,27 @@ def _merge_head(po_ptr, plse_ptr, out_ptr, head, n_splits, D: tl.constexpr, BLOC
         acc += tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
         den += w
     tl.store(out_ptr + head * D + d, (acc / tl.sum(den, axis=0)).to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _merge_group(
+    po_ptr, plse_ptr, out_ptr, first_head, n_splits, GROUP: tl.constexpr, D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """Writes the outputs of query heads first_head .. first_head + GROUP - 1 as _merge_head
+    does, all at once (one round trip for every weight and partial): n_splits <= BLOCK_S."""
+    g = tl.arange(0, GROUP)
+    sp = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, D)
+    part = (first_head + g).to(tl.int64)[:, None] * n_splits + sp[None, :]  # (GROUP, BLOCK_S)
+    ok = sp[None, :] < n_splits
+    lse = tl.load(plse_ptr + part, mask=ok, other=float("-inf"))
+    o = tl.load(po_ptr + part[:, :, None] * D + d[None, None, :], mask=ok[:, :, None], other=0.0)
+    w = tl.exp2(lse - tl.max(lse, axis=1)[:, None])
+    acc = tl.sum(w[:, :, None] * o, axis=1)
+    heads = (first_head + g).to(tl.int64)
+    out = acc / tl.sum(w, axis=1)[:, None]
+    tl.store(out_ptr + heads[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -304,6 +331,10 @@ def kernel(
     fold = merge == "fold"
     # The fold merges with the split kernel's warps: at most 64 partial values a thread.
     fold_block_s = max(1, min(block_s, 2048 * num_warps // d)) if fold else 1
+    # or all the group's heads at once, where one block holds every split and a power-of-two
+    # group's partials come to at most 64 values a thread
+    group_at_once = fold and n_splits <= block_s and group & (group - 1) == 0
+    group_at_once = group_at_once and group * block_s * d <= 2048 * num_warps
     _split_kernel[(b * hkv, n_splits)](
         q, k_cache, v_cache, part_o, part_lse, out if fold else None,
         _arrival_counts(b * hkv, q.device) if fold else None, kv_len, split_tokens, n_splits,
@@ -313,7 +344,8 @@ def kernel(
         HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
         BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, FOLD=fold, BLOCK_S=fold_block_s,
         EARLY=bool(early_history), PREFETCH=bool(prefetch_l2) and q.device.type == "cuda",
-        LINE=max(1, min(d, 128 // k_cache.element_size())), num_warps=num_warps,
+        LINE=max(1, min(d, 128 // k_cache.element_size())), GROUP_AT_ONCE=group_at_once,
+        num_warps=num_warps,
         num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     if not fold:

@@ -243,18 +243,20 @@ gen = torch.Generator().manual_seed(5)
 q, k, v = (torch.randn(shape, generator=gen) for shape in ((1, 8, 16), (1, 2, 1100, 16), (1, 2, 1100, 16)))
 want = task.reference(q.double(), k.double(), v.double())
 errors = {}
-for tokens in (16, 32, 1100):  # 69 splits (two blocks of 64 to merge), 35 (one), 1
-    got = module.kernel(q, k, v, block_n=16, split_tokens=tokens, num_stages=1)
-    errors[tokens] = float((got.double() - want).abs().max())
+for merge in ("kernel", "fold"):
+    for tokens in (16, 32, 1100):  # 69 splits (two blocks of 64 to merge), 35 (one), 1
+        got = module.kernel(q, k, v, block_n=16, split_tokens=tokens, num_stages=1, merge=merge)
+        errors[f"{merge}-{tokens}"] = float((got.double() - want).abs().max())
 print(json.dumps(errors))
 """
 
 
 def test_the_merge_takes_one_block_of_splits_or_several(task) -> None:
-    """Under the interpreter, on a 1100-token cache: 69 splits (merged over two blocks of 64),
-    35 (one block, weights and partials loaded together) and 1 all give the reference."""
+    """Under the interpreter, on a 1100-token cache: 69 splits (merged over two blocks of 64,
+    head by head in the fold), 35 (one block, weights and partials loaded together; the fold
+    merges the group's 4 heads at once) and 1 all give the reference, merged and folded."""
     errors = json.loads(run_interpreted(MANY_SPLITS))
-    assert set(errors) == {"16", "32", "1100"}
+    assert set(errors) == {f"{m}-{t}" for m in ("kernel", "fold") for t in (16, 32, 1100)}
     assert all(err < 1e-5 for err in errors.values()), errors
 
 
@@ -436,9 +438,10 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
     split = _split_ptx(module, num_stages)
     assert_weights_stream_before_the_wait(split, 0)
     assert "atom." not in split
-    fold = _split_ptx(module, num_stages, FOLD=True, BLOCK_S=64)
-    assert_weights_stream_before_the_wait(fold, 0)
-    assert "atom.global.gpu.acq_rel.add" in fold
+    for group_at_once in (False, True):
+        fold = _split_ptx(module, num_stages, FOLD=True, BLOCK_S=16, GROUP_AT_ONCE=group_at_once)
+        assert_weights_stream_before_the_wait(fold, 0)
+        assert "atom.global.gpu.acq_rel.add" in fold
     merge = _merge_ptx(module, EARLY_DEPENDENTS=False)
     assert_weights_stream_before_the_wait(merge, 0)
 
@@ -474,7 +477,7 @@ def _split_ptx(module, num_stages: int, **options) -> str:
     types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
     types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
-    constexprs |= {"PDL": True, "EARLY": False, "FOLD": False, "BLOCK_S": 1}
+    constexprs |= {"PDL": True, "EARLY": False, "FOLD": False, "BLOCK_S": 1, "GROUP_AT_ONCE": False}
     constexprs |= {"PREFETCH": False, "LINE": 64} | options
     if constexprs["FOLD"]:
         types |= {"out_ptr": "*bf16", "count_ptr": "*i32"}
