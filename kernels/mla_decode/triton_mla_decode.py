@@ -2,8 +2,15 @@
 length; a program takes block_h heads and one split, loads each latent tile once and uses it as
 both key (with the rope part) and value, with an online softmax in fp32; a second kernel merges
 the splits by their log-sum-exp. Head blocks vary fastest in the grid, so the programs reading
-the same cache tile run together and share it through L2."""
+the same cache tile run together and share it through L2.
 
+On Hopper and later both kernels are launched with programmatic dependent launch: each waits
+(`gdc_wait`) for the kernel before it before it reads anything, then lets the kernel after it
+launch, so the merge's launch passes while the split kernel runs. Where one block holds every
+split and their partials come to at most 64 values a thread, the merge loads the weights and the
+partials in one round trip."""
+
+import functools
 import math
 
 import torch
@@ -22,6 +29,7 @@ PARAMS = {
 
 LOG2E = 1.4426950408889634
 SCALE_DIM = 192
+MERGE_WARPS = 4
 
 
 @triton.jit
@@ -30,7 +38,11 @@ def _split_kernel(
     scale_log2, stride_qnb, stride_qnh, stride_qpb, stride_qph, stride_cb, stride_cn,
     stride_pb, stride_pn,
     R: tl.constexpr, P: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     head_blocks = tl.cdiv(H, BLOCK_H)
     b = tl.program_id(0) // head_blocks
     hb = tl.program_id(0) % head_blocks
@@ -78,10 +90,25 @@ def _split_kernel(
 
 
 @triton.jit
-def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_S: tl.constexpr):
+def _merge_kernel(
+    po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_S: tl.constexpr,
+    ONE_PASS: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     head = tl.program_id(0).to(tl.int64)
     rr = tl.arange(0, R)
     lse_base = plse_ptr + head * n_splits
+    if ONE_PASS:  # n_splits <= BLOCK_S
+        offs = tl.arange(0, BLOCK_S)
+        ok = offs < n_splits
+        lse = tl.load(lse_base + offs, mask=ok, other=float("-inf"))
+        o = tl.load(po_ptr + (head * n_splits + offs)[:, None] * R + rr[None, :], mask=ok[:, None])
+        w = tl.exp2(lse - tl.max(lse, axis=0))
+        acc = tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
+        tl.store(out_ptr + head * R + rr, (acc / tl.sum(w, axis=0)).to(out_ptr.dtype.element_ty))
+        return
     m = tl.max(tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32), axis=0)
     for s0 in range(0, n_splits, BLOCK_S):
         offs = s0 + tl.arange(0, BLOCK_S)
@@ -98,6 +125,12 @@ def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_S:
         acc += tl.sum(tl.where(ok[:, None], w[:, None] * o, 0.0), axis=0)
         den += w
     tl.store(out_ptr + head * R + rr, (acc / tl.sum(den, axis=0)).to(out_ptr.dtype.element_ty))
+
+
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: CUDA devices of compute capability 9 and later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _sm_count(device: torch.device) -> int:
@@ -138,6 +171,7 @@ def kernel(
         split_tokens = triton.cdiv(blocks, want) * block_n
     split_tokens = triton.cdiv(split_tokens, block_n) * block_n
     n_splits = triton.cdiv(kv_len, split_tokens)
+    pdl = _pdl(q_nope.device)
     part_o = torch.empty((b * h * n_splits, r), device=q_nope.device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=q_nope.device, dtype=torch.float32)
     _split_kernel[(b * head_blocks, n_splits)](
@@ -145,9 +179,14 @@ def kernel(
         LOG2E / math.sqrt(SCALE_DIM),
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         ckv.stride(0), ckv.stride(1), kpe.stride(0), kpe.stride(1),
-        R=r, P=p, BLOCK_H=block_h, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
+        R=r, P=p, BLOCK_H=block_h, BLOCK_N=block_n, PDL=pdl, num_warps=num_warps,
+        num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     out = torch.empty((b, h, r), device=q_nope.device, dtype=q_nope.dtype)
     block_s = min(64, triton.next_power_of_2(n_splits))
-    _merge_kernel[(b * h,)](part_o, part_lse, out, n_splits, R=r, BLOCK_S=block_s, num_warps=4)
+    one_pass = n_splits <= block_s and block_s * r <= 64 * 32 * MERGE_WARPS
+    _merge_kernel[(b * h,)](
+        part_o, part_lse, out, n_splits, R=r, BLOCK_S=block_s, ONE_PASS=one_pass, PDL=pdl,
+        num_warps=MERGE_WARPS, launch_pdl=pdl,
+    )  # fmt: skip
     return out

@@ -3,6 +3,7 @@ the interpreter)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,7 +12,12 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
-from tests.kernels.task_checks import candidate_module
+from tests.kernels.task_checks import (
+    assert_weights_stream_before_the_wait,
+    candidate_module,
+    hopper_ptx,
+    run_interpreted,
+)
 
 TRITON_PARAMS = {"block_h": 16, "block_n": 16, "split_tokens": 32, "num_stages": 1}
 
@@ -83,7 +89,15 @@ def test_candidates_pass_and_a_dropped_rope_term_is_rejected(task, tmp_path) -> 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, {"block_h": 16, "block_n": 64, "num_warps": 4}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"block_h": 16, "block_n": 64, "num_warps": 4},
+        # batch 1's table entry at 4096 tokens: 16 splits merged in one pass
+        {"block_h": 16, "block_n": 128, "num_warps": 4, "num_stages": 2},
+    ],
+)
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate
 
@@ -100,3 +114,67 @@ def test_splits_fill_one_wave_without_a_second(task) -> None:
     assert split_count(64 * 2, 64, 132, 1) == 1
     assert split_count(4 * 2, 2048, 132, 2) == 33
     assert split_count(1 * 2, 3, 132, 1) == 3  # never more splits than token blocks
+
+
+@pytest.mark.gpu
+def test_both_kernels_wait_for_the_kernel_that_writes_their_inputs(task) -> None:
+    """Launched with programmatic dependent launch right after kernels that write q_nope, q_pe
+    and either cache 2 ms late, the split kernel reads the new ones (and the merge, launched
+    early behind it, the split's partials), at batch 1's table entry at 4096 tokens."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_mla_decode.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
+    inputs = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(*(t.double() for t in inputs))
+    params = {"block_h": 16, "block_n": 128, "num_warps": 4, "num_stages": 2}
+    assert_waits_for_late_inputs(lambda *t: module.kernel(*t, **params), tuple(inputs), want)
+
+
+def test_both_kernels_wait_before_reading_and_then_let_the_next_launch(task) -> None:
+    """Compiled for sm_90 (no GPU needed): the split kernel and the merge (in one pass and in
+    several) load and store nothing before griddepcontrol.wait and let their dependents launch
+    only after it."""
+    module = candidate_module(task, "triton_mla_decode.py")
+    names = ("H", "kv_len", "tokens_per_split", "n_splits", "stride_qnb", "stride_qnh")
+    names += ("stride_qpb", "stride_qph", "stride_cb", "stride_cn", "stride_pb", "stride_pn")
+    types = dict.fromkeys(("qn_ptr", "qp_ptr", "c_ptr", "p_ptr"), "*bf16")
+    types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
+    types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
+    constexprs = {"R": 512, "P": 64, "BLOCK_H": 16, "BLOCK_N": 64, "PDL": True}
+    split = hopper_ptx(module._split_kernel, types, constexprs, 4, 2)
+    assert_weights_stream_before_the_wait(split, 0)
+    types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
+    for one_pass in (True, False):
+        constexprs = {"R": 512, "BLOCK_S": 16, "ONE_PASS": one_pass, "PDL": True}
+        assert_weights_stream_before_the_wait(
+            hopper_ptx(module._merge_kernel, types, constexprs, 4), 0
+        )
+
+
+# Under the interpreter in a Python of its own: a 1100-token cache cut into 69 splits (the merge
+# over two blocks of 64), 35 (one block, one pass) and 1, each against the reference.
+MANY_SPLITS = """
+import json
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("mla_decode")
+module = candidate_module(task, "triton_mla_decode.py")
+gen = torch.Generator().manual_seed(5)
+shapes = ((1, 8, 32), (1, 8, 16), (1, 1100, 32), (1, 1100, 16))
+inputs = [torch.randn(shape, generator=gen) for shape in shapes]
+want = task.reference(*(t.double() for t in inputs))
+errors = {}
+for tokens in (16, 32, 1100):
+    got = module.kernel(*inputs, block_h=16, block_n=16, split_tokens=tokens, num_stages=1)
+    errors[tokens] = float((got.double() - want).abs().max())
+print(json.dumps(errors))
+"""
+
+
+def test_the_merge_takes_one_block_of_splits_or_several(task) -> None:
+    errors = json.loads(run_interpreted(MANY_SPLITS))
+    assert set(errors) == {"16", "32", "1100"}
+    assert all(err < 1e-5 for err in errors.values()), errors
