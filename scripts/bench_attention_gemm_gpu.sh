@@ -5,9 +5,9 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [prefill_attention] [fp8_gemm]
+#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_rows] [prefill_attention] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early and mla_b1 (estimated 5-7 minutes on
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1 and mla_rows (estimated 5-7 minutes on
 # an H200; split across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -215,6 +215,26 @@ for stage in $STAGES; do
         for shape in b1-kv4096 b1-kv32768; do
             best=$(python3 scripts/sweep_best.py "$DIR/mla_decode-b1.json" "$shape") &&
                 bench mla_decode triton_mla_decode.py "b1best-$shape" "$best" "" "$shape"
+        done
+        ;;
+    mla_rows)
+        # The split kernel with tokens as rows (scores as tokens x heads, the output as rank x
+        # heads: the latent tile is the first operand of both products, the queries stay in
+        # shared memory), at the builds that spill nothing on sm_90
+        # (scripts/mla_sm90_resources.py), against the defaults (which spill 200 bytes a
+        # thread) and two heads-as-rows builds that do not spill; then the fastest at each
+        # decode size against every peer.
+        sweep mla_decode triton_mla_decode.py rows eager b16-kv4096,b16-kv8192,b64-kv4096,b1-kv32768,b1-kv131072 \
+            '{}' \
+            '{"block_h":64,"block_n":16,"num_warps":8,"num_stages":2}' \
+            '{"block_h":32,"block_n":32,"num_warps":8,"num_stages":2}' \
+            '{"block_h":64,"block_n":32,"num_warps":8,"num_stages":2,"tokens_as_rows":true}' \
+            '{"block_h":64,"block_n":16,"num_warps":8,"num_stages":2,"tokens_as_rows":true}' \
+            '{"block_h":32,"block_n":32,"num_warps":8,"num_stages":2,"tokens_as_rows":true}' \
+            '{"block_h":16,"block_n":64,"num_warps":8,"num_stages":2,"tokens_as_rows":true}'
+        for shape in b16-kv4096 b16-kv8192 b1-kv32768; do
+            best=$(python3 scripts/sweep_best.py "$DIR/mla_decode-rows.json" "$shape") &&
+                bench mla_decode triton_mla_decode.py "rowsbest-$shape" "$best" "" "$shape"
         done
         ;;
     prefill_attention)

@@ -8,7 +8,14 @@ On Hopper and later both kernels are launched with programmatic dependent launch
 (`gdc_wait`) for the kernel before it before it reads anything, then lets the kernel after it
 launch, so the merge's launch passes while the split kernel runs. Where one block holds every
 split and their partials come to at most 64 values a thread, the merge loads the weights and the
-partials in one round trip."""
+partials in one round trip.
+
+`tokens_as_rows` True computes the transposed products: scores as (tokens, heads) = latent tile
+x queries^T and the output as (rank, heads) = latent tile^T x weights. The latent tile is then
+the first operand of both and the queries the second, which Hopper's wgmma reads from shared
+memory, so the registers hold the (rank, heads) accumulator and little else; with heads as rows,
+the queries (block_h x 512) are the first operand and sm_90 builds spill registers at every
+wgmma-sized block (compiled here: 200 bytes a thread at the defaults)."""
 
 import functools
 import math
@@ -23,8 +30,9 @@ PARAMS = {
     "block_n": [16, 32, 64, 128],
     "split_tokens": [0, 32, 256, 512, 1024, 2048, 4096],
     "programs_per_sm": [1, 2, 4, 8],
-    "num_warps": [2, 4, 8],
+    "num_warps": [2, 4, 8, 16],
     "num_stages": [1, 2, 3, 4],
+    "tokens_as_rows": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -38,7 +46,7 @@ def _split_kernel(
     scale_log2, stride_qnb, stride_qnh, stride_qpb, stride_qph, stride_cb, stride_cn,
     stride_pb, stride_pn,
     R: tl.constexpr, P: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, TOKENS_AS_ROWS: tl.constexpr,
 ):  # fmt: skip
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -68,22 +76,42 @@ def _split_kernel(
     end = tl.minimum(start + tokens_per_split, kv_len)
     m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_H, R), dtype=tl.float32)
+    if TOKENS_AS_ROWS:
+        acc_t = tl.zeros((R, BLOCK_H), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_H, R), dtype=tl.float32)
     for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
         ok = offs < end
         rows = offs.to(tl.int64)[:, None]
         c = tl.load(c_base + rows * stride_cn + rr[None, :], mask=ok[:, None], other=0.0)
         kp = tl.load(p_base + rows * stride_pn + rp[None, :], mask=ok[:, None], other=0.0)
-        s = tl.dot(qn, tl.trans(c), input_precision="ieee")
-        s = tl.dot(qp, tl.trans(kp), s, input_precision="ieee")
-        s = tl.where(ok[None, :], s * scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        prob = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(prob, axis=1)
-        acc = tl.dot(prob.to(c.dtype), c, acc * alpha[:, None], input_precision="ieee")
+        if TOKENS_AS_ROWS:
+            # scores and weights as (tokens, heads), the output as (rank, heads): the latent tile
+            # is the first operand of both products and the queries the second, so both stay in
+            # shared memory and only the (rank, heads) accumulator lives in registers
+            s = tl.dot(c, tl.trans(qn), input_precision="ieee")
+            s = tl.dot(kp, tl.trans(qp), s, input_precision="ieee")
+            s = tl.where(ok[:, None], s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=0))
+            alpha = tl.exp2(m_i - m_new)
+            prob = tl.exp2(s - m_new[None, :])
+            l_i = l_i * alpha + tl.sum(prob, axis=0)
+            acc_t = tl.dot(
+                tl.trans(c), prob.to(c.dtype), acc_t * alpha[None, :], input_precision="ieee"
+            )
+        else:
+            s = tl.dot(qn, tl.trans(c), input_precision="ieee")
+            s = tl.dot(qp, tl.trans(kp), s, input_precision="ieee")
+            s = tl.where(ok[None, :], s * scale_log2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            prob = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(prob, axis=1)
+            acc = tl.dot(prob.to(c.dtype), c, acc * alpha[:, None], input_precision="ieee")
         m_i = m_new
+    if TOKENS_AS_ROWS:
+        acc = tl.trans(acc_t)
     part = (b64 * H + rh) * n_splits + pid_s
     tl.store(po_ptr + part[:, None] * R + rr[None, :], acc / l_i[:, None], mask=h_ok[:, None])
     tl.store(plse_ptr + part, m_i + tl.log2(l_i), mask=h_ok)
@@ -158,6 +186,7 @@ def kernel(
     programs_per_sm: int = 1,
     num_warps: int = 8,
     num_stages: int = 2,
+    tokens_as_rows: bool = False,
 ):
     b, h, r = q_nope.shape
     p = q_pe.shape[2]
@@ -179,7 +208,8 @@ def kernel(
         LOG2E / math.sqrt(SCALE_DIM),
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         ckv.stride(0), ckv.stride(1), kpe.stride(0), kpe.stride(1),
-        R=r, P=p, BLOCK_H=block_h, BLOCK_N=block_n, PDL=pdl, num_warps=num_warps,
+        R=r, P=p, BLOCK_H=block_h, BLOCK_N=block_n, PDL=pdl,
+        TOKENS_AS_ROWS=bool(tokens_as_rows), num_warps=num_warps,
         num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     out = torch.empty((b, h, r), device=q_nope.device, dtype=q_nope.dtype)

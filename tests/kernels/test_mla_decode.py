@@ -73,19 +73,37 @@ def test_candidates_pass_and_a_dropped_rope_term_is_rejected(task, tmp_path) -> 
         "s = s + 0.0",
         tmp_path / "b.py",
     )
+    # with tokens as rows, the weights' running sum taken over heads, not tokens
+    bug_t = mutated(
+        triton_src,
+        "l_i = l_i * alpha + tl.sum(prob, axis=0)",
+        "l_i = l_i * alpha + tl.sum(prob, axis=1)",
+        tmp_path / "t.py",
+    )
     specs = {
         "triton": (triton_src, TRITON_PARAMS),
         "auto-split": (triton_src, {"block_h": 16, "block_n": 32, "num_stages": 1}),
         "defaults": (triton_src, {}),
+        "tokens-as-rows": (triton_src, TRITON_PARAMS | {"tokens_as_rows": True}),
+        "tokens-as-rows-auto": (triton_src, {"block_h": 16, "block_n": 32, "tokens_as_rows": True}),
         "torch": (task.folder / "torch_mla_decode.py", {"chunk": 1024}),
         "bug": (bug, TRITON_PARAMS),
+        "bug-tokens-as-rows": (bug_t, TRITON_PARAMS | {"tokens_as_rows": True}),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("triton", "auto-split", "defaults", "torch"):
+    for label in (
+        "triton",
+        "auto-split",
+        "defaults",
+        "tokens-as-rows",
+        "tokens-as-rows-auto",
+        "torch",
+    ):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
     assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+    assert [r.code for r in ev.by_label("bug-tokens-as-rows").reasons] == ["mismatch"]
 
 
 @pytest.mark.gpu
@@ -96,6 +114,8 @@ def test_candidates_pass_and_a_dropped_rope_term_is_rejected(task, tmp_path) -> 
         {"block_h": 16, "block_n": 64, "num_warps": 4},
         # batch 1's table entry at 4096 tokens: 16 splits merged in one pass
         {"block_h": 16, "block_n": 128, "num_warps": 4, "num_stages": 2},
+        {"block_h": 64, "block_n": 32, "num_warps": 8, "tokens_as_rows": True},
+        {"block_h": 16, "block_n": 64, "num_warps": 8, "tokens_as_rows": True},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
