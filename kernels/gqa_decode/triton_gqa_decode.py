@@ -33,8 +33,11 @@ only: the interpreter has no inline PTX.
 not after it, so that kernel (in a decoder block, the output projection, whose weights nothing
 writes) streams what it may read early while the split kernel still runs; without it, it
 launches only once the split kernel is done. It is right only where the kernel after the merge
-reads nothing before its wait that a kernel before it writes: that kernel's wait still waits for
-the merge, and the merge's for the split."""
+reads nothing before its wait that a kernel before it writes, and writes nothing before its wait
+that one of them reads: that kernel's wait still waits for the merge, and the merge's for the
+split. With early_history the next call's split kernel may so launch, and read the cache's
+history, while this call's split runs: right because the split kernel writes no slot of the
+cache."""
 
 import functools
 import math
@@ -314,6 +317,8 @@ def kernel(
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
     b, hq, d = q.shape
     _, hkv, kv_len, _ = k_cache.shape
+    if kv_len == 0:
+        raise ValueError("the cache is empty: attention needs at least one cached token")
     if q.stride(2) != 1 or k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("head_dim must be the contiguous dimension")
     group = hq // hkv

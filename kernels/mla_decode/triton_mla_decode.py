@@ -191,6 +191,8 @@ def kernel(
     b, h, r = q_nope.shape
     p = q_pe.shape[2]
     kv_len = ckv.shape[1]
+    if kv_len == 0:
+        raise ValueError("the cache is empty: attention needs at least one cached token")
     if any(t.stride(-1) != 1 for t in (q_nope, q_pe, ckv, kpe)):
         raise ValueError("the last dimension must be contiguous")
     head_blocks = triton.cdiv(h, block_h)

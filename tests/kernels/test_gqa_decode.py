@@ -510,3 +510,11 @@ def test_early_history_loads_only_the_first_tiles_k_and_v_before_the_wait(task, 
     assert_weights_stream_before_the_wait(ptx, 0, other_early=2 * 8)
     before = ptx.partition("griddepcontrol.wait")[0]
     assert all(".v4." in line for line in before.splitlines() if "ld.global" in line)
+
+
+def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
+    module = candidate_module(task, "triton_gqa_decode.py")
+    q, k, v = task.make_inputs(task.shapes("cpu")[0], 1, "cpu")
+    for merge in ("kernel", "fold"):
+        with pytest.raises(ValueError, match="the cache is empty"):
+            module.kernel(q, k[:, :, :0], v[:, :, :0], merge=merge)

@@ -198,3 +198,10 @@ def test_the_merge_takes_one_block_of_splits_or_several(task) -> None:
     errors = json.loads(run_interpreted(MANY_SPLITS))
     assert set(errors) == {"16", "32", "1100"}
     assert all(err < 1e-5 for err in errors.values()), errors
+
+
+def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
+    module = candidate_module(task, "triton_mla_decode.py")
+    q_nope, q_pe, ckv, kpe = task.make_inputs(task.shapes("cpu")[0], 1, "cpu")
+    with pytest.raises(ValueError, match="the cache is empty"):
+        module.kernel(q_nope, q_pe, ckv[:, :0], kpe[:, :0])
