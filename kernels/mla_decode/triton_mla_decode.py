@@ -15,7 +15,8 @@ x queries^T and the output as (rank, heads) = latent tile^T x weights. The laten
 the first operand of both and the queries the second, which Hopper's wgmma reads from shared
 memory, so the registers hold the (rank, heads) accumulator and little else; with heads as rows,
 the queries (block_h x 512) are the first operand and sm_90 builds spill registers at every
-wgmma-sized block (compiled here: 200 bytes a thread at the defaults)."""
+wgmma-sized block (200 bytes a thread at the defaults in a build for sm_90 with Triton 3.9, made
+without a GPU by scripts/mla_sm90_resources.py)."""
 
 import functools
 import math
@@ -30,7 +31,7 @@ PARAMS = {
     "block_n": [16, 32, 64, 128],
     "split_tokens": [0, 32, 256, 512, 1024, 2048, 4096],
     "programs_per_sm": [1, 2, 4, 8],
-    "num_warps": [2, 4, 8, 16],
+    "num_warps": [2, 4, 8],
     "num_stages": [1, 2, 3, 4],
     "tokens_as_rows": [False, True],
 }
