@@ -7,9 +7,10 @@ SM a program, else into enough splits to give every SM `programs_per_sm` program
 `merge` "kernel" merges in a second kernel, a program a query head. "fold" launches one kernel
 only: each program counts itself in on its KV head's counter once its partials are stored, and
 the last of the KV head's splits to arrive merges them for the group's query heads (all at once
-where they fit in 64 values a thread) and sets the count back to 0. The counts live in one buffer per device, zeroed once when it is made, so no
-call pays a kernel to zero them (nor does a CUDA graph's replay); calls on the same device must
-therefore not overlap (run them on one stream, as torch does by default).
+where they fit in 64 values a thread) and sets the count back to 0. The counts live in one
+buffer per device, zeroed once when it is made, so no call pays a kernel to zero them (nor does a
+CUDA graph's replay); calls on the same device must therefore not overlap (run them on one
+stream, as torch does by default).
 
 On Hopper and later the kernels are launched with programmatic dependent launch: each waits
 (`gdc_wait`) for the kernel before it before it reads anything, then lets the kernel after it
