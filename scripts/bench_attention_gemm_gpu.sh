@@ -65,6 +65,17 @@ PY
     echo "$task $tag rc=$? $((SECONDS - t0))s"
 }
 
+# bench_best TASK CANDIDATE SWEEP_TAG SHAPE...: for each shape, the fastest accepted config of the
+# sweep DIR/TASK-SWEEP_TAG.json there (scripts/sweep_best.py) against every peer.
+bench_best() {
+    local task=$1 cand=$2 tag=$3 best
+    shift 3
+    for shape in "$@"; do
+        best=$(python3 scripts/sweep_best.py "$DIR/$task-$tag.json" "$shape") &&
+            bench "$task" "$cand" "${tag}best-$shape" "$best" "" "$shape"
+    done
+}
+
 for stage in $STAGES; do
     case "$stage" in
     skinny_gemm)
@@ -212,10 +223,7 @@ for stage in $STAGES; do
             '{"block_h":64,"block_n":32,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
             '{"block_h":16,"block_n":128,"num_warps":4,"num_stages":2,"programs_per_sm":1}' \
             '{"block_h":32,"block_n":64,"num_warps":8,"num_stages":2,"programs_per_sm":2}'
-        for shape in b1-kv4096 b1-kv32768; do
-            best=$(python3 scripts/sweep_best.py "$DIR/mla_decode-b1.json" "$shape") &&
-                bench mla_decode triton_mla_decode.py "b1best-$shape" "$best" "" "$shape"
-        done
+        bench_best mla_decode triton_mla_decode.py b1 b1-kv4096 b1-kv32768
         ;;
     mla_rows)
         # The split kernel with tokens as rows (scores as tokens x heads, the output as rank x
@@ -232,10 +240,7 @@ for stage in $STAGES; do
             '{"block_h":64,"block_n":16,"num_warps":8,"num_stages":2,"tokens_as_rows":true}' \
             '{"block_h":32,"block_n":32,"num_warps":8,"num_stages":2,"tokens_as_rows":true}' \
             '{"block_h":16,"block_n":64,"num_warps":8,"num_stages":2,"tokens_as_rows":true}'
-        for shape in b16-kv4096 b16-kv8192 b1-kv32768; do
-            best=$(python3 scripts/sweep_best.py "$DIR/mla_decode-rows.json" "$shape") &&
-                bench mla_decode triton_mla_decode.py "rowsbest-$shape" "$best" "" "$shape"
-        done
+        bench_best mla_decode triton_mla_decode.py rows b16-kv4096 b16-kv8192 b1-kv32768
         ;;
     prefill_attention)
         # Against SDPA pinned to its two fastest backends: eager is SDPA's own pick among them,

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.kernels.task_checks import hopper_build  # noqa: E402
 from tests.source_files import import_file  # noqa: E402
 
 # (block_h, block_n, num_warps, num_stages)
@@ -41,30 +42,17 @@ def _cuobjdump() -> str:
 def resources(kernel, block_h: int, block_n: int, warps: int, stages: int, rows: bool) -> dict:
     """One configuration's sm_90 build of `kernel` (the split kernel), `rows` its
     TOKENS_AS_ROWS."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     types = dict.fromkeys(("qn_ptr", "qp_ptr", "c_ptr", "p_ptr"), "*bf16")
     types |= dict.fromkeys(("po_ptr", "plse_ptr"), "*fp32")
     types |= dict.fromkeys(INTS, "i32") | {"scale_log2": "fp32"}
     constexprs = {"R": 512, "P": 64, "BLOCK_H": block_h, "BLOCK_N": block_n, "PDL": True}
     constexprs["TOKENS_AS_ROWS"] = rows
-    signature = {name: types.get(name, "constexpr") for name in kernel.arg_names}
-    aligned = {
-        (i,): [["tt.divisibility", 16]]
-        for i, name in enumerate(kernel.arg_names)
-        if signature[name].startswith("*") or name.startswith("stride_")
-    }
+    strides = tuple(name for name in INTS if name.startswith("stride_"))
     row = {"tokens_as_rows": rows, "block_h": block_h, "block_n": block_n, "num_warps": warps}
     row["num_stages"] = stages
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # Triton prints a refused build's PTX
-            compiled = triton.compile(
-                ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=aligned),
-                target=GPUTarget("cuda", 90, 32),
-                options={"num_warps": warps, "num_stages": stages},
-            )
+            compiled = hopper_build(kernel, types, constexprs, warps, stages, strides)
     except Exception as exc:  # ptxas refusing the build is an answer too
         lines = str(exc).strip().splitlines()
         return row | {"error": next((x for x in lines if "fatal" in x), lines[-1])[:160]}

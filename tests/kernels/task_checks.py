@@ -195,12 +195,26 @@ def hopper_ptx(
     num_stages: int = 3,
     multiples_of_16: tuple[str, ...] = (),
 ) -> str:
-    """The PTX Triton gives the JIT function `fn` for an H100/H200 (sm_90), compiled here with
-    no GPU. `types` maps each runtime argument to its Triton type ("*bf16", "i32", "fp32");
-    every other argument is one of `constexprs`. Pointers are taken as 16-byte aligned, as torch
-    allocates them, and the integers named in `multiples_of_16` as multiples of 16, as Triton
-    specialises them at a launch where they are (K = 4096, say)."""
-    triton = pytest.importorskip("triton")
+    """The PTX of hopper_build (a skip where Triton is missing)."""
+    pytest.importorskip("triton")
+    return hopper_build(fn, types, constexprs, num_warps, num_stages, multiples_of_16).asm["ptx"]
+
+
+def hopper_build(
+    fn,
+    types: dict[str, str],
+    constexprs: dict,
+    num_warps: int,
+    num_stages: int = 3,
+    multiples_of_16: tuple[str, ...] = (),
+):
+    """What Triton builds of the JIT function `fn` for an H100/H200 (sm_90), compiled here with
+    no GPU (its `asm` holds the PTX and the cubin). `types` maps each runtime argument to its
+    Triton type ("*bf16", "i32", "fp32"); every other argument is one of `constexprs`. Pointers
+    are taken as 16-byte aligned, as torch allocates them, and the integers named in
+    `multiples_of_16` as multiples of 16, as Triton specialises them at a launch where they are
+    (K = 4096, say)."""
+    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -212,12 +226,11 @@ def hopper_ptx(
         if signature[name].startswith("*") or name in multiples_of_16
     }
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
-    compiled = triton.compile(
+    return triton.compile(
         source,
         target=GPUTarget("cuda", 90, 32),
         options={"num_warps": num_warps, "num_stages": num_stages},
     )
-    return compiled.asm["ptx"]
 
 
 def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_early: int = 0):

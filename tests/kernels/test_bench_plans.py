@@ -16,16 +16,21 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
-    """(task, candidate, shapes, configs) of every `bench` and `sweep` line of the shell script
-    (continuation lines joined; shapes and configs that are shell variables skipped)."""
+    """(task, candidate, shapes, configs) of every `bench`, `sweep` and `bench_best` line of the
+    shell script (continuation lines joined; shapes and configs that are shell variables
+    skipped, and so are the calls inside the script's own helpers, whose task is one)."""
     plans = []
     for line in text.replace("\\\n", " ").splitlines():
         words = line.split(maxsplit=1)
-        if len(words) < 2 or words[0] not in ("bench", "sweep"):
+        if len(words) < 2 or words[0] not in ("bench", "sweep", "bench_best"):
             continue
         args = shlex.split(words[1])
+        if args[0].startswith("$"):
+            continue
         if words[0] == "bench":  # task candidate tag params peers shapes...
             shapes, configs = args[5:], [args[3]]
+        elif words[0] == "bench_best":  # task candidate sweep-tag shapes...
+            shapes, configs = args[3:], []
         else:  # task candidate tag peer shapes,... configs...
             shapes, configs = args[4].split(","), args[5:]
         shapes = [s for s in shapes if not s.startswith("$")]
