@@ -23,8 +23,8 @@
 #   e2e2..e2e9  the same again into e2eN.json, with E2EN_DISPATCH (default as e2e's), E2EN_KINDS
 #             and E2EN_ARGS (an A/B of two tables, or of --inductor-pdl, in one call)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
-#   profile-mla  scripts/profile_mla_gpu.sh: ncu of the MLA split kernel at PROFILE_MLA_SHAPES
-#             (default b16-kv4096) with PROFILE_MLA_CONFIG (default {}), stalls per instruction
+#   profile-kernels  scripts/profile_candidate_gpu.sh once per line of PROFILES, "TASK CANDIDATE
+#             SHAPE KERNEL_REGEX [CONFIG_JSON]": ncu sections and stalls per SASS instruction
 #   profile-softmax  scripts/profile_softmax_gpu.sh: ncu of the register-resident CuPy softmax
 #   memtasks2 the same script again with MEMTASKS2_ARGS, into the same folder (e.g. benches of
 #             earlier sweeps' best with --best-from after a memtasks stage that sweeps)
@@ -83,11 +83,12 @@ for stage in "$@"; do
             --kinds "${!kinds_var:-${E2E_KINDS:-llama}}" --json "$OUT/$stage.json" ${!args_var:-} 2>&1 |
             tee "$OUT/$stage.log" | tail -30
         ;;
-    profile-mla)
-        for shape in ${PROFILE_MLA_SHAPES:-b16-kv4096}; do
-            timeout "$(limit 150)" bash scripts/profile_mla_gpu.sh "$OUT/profile" "$shape" \
-                "${PROFILE_MLA_CONFIG:-{\}}" 2>&1 | tee -a "$OUT/profile-mla.log" | tail -3
-        done
+    profile-kernels)
+        while read -r task cand shape regex config <&3; do
+            [ -n "$task" ] || continue
+            timeout "$(limit 150)" bash scripts/profile_candidate_gpu.sh "$OUT/profile" "$task" \
+                "$cand" "$shape" "$regex" "${config:-{\}}" 2>&1 | tee -a "$OUT/profile-kernels.log" | tail -3
+        done 3<<<"${PROFILES:?profile-kernels needs PROFILES}"
         ;;
     profile-softmax)
         timeout "$(limit 150)" bash scripts/profile_softmax_gpu.sh "$OUT/profile" 2>&1 |

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Nsight Compute counters of one kernel of a task candidate at one task shape and configuration:
+# speed of light, compute workload (each pipe's use), memory workload, warp states, scheduler,
+# occupancy and launch, then the warp-stall samples of each SASS instruction (where the kernel's
+# time goes, instruction by instruction). The candidate runs on the task's own inputs, three
+# times; the third launch of a kernel matching KERNEL_REGEX is profiled. Never changes clocks
+# (--clock-control none). Writes OUT_DIR/ncu-TASK-SHAPE.txt and OUT_DIR/ncu-TASK-SHAPE-sass.csv.
+#   bash scripts/profile_candidate_gpu.sh OUT_DIR TASK CANDIDATE_FILE SHAPE KERNEL_REGEX [CONFIG_JSON]
+set -euo pipefail
+usage="usage: $0 OUT_DIR TASK CANDIDATE_FILE SHAPE KERNEL_REGEX [CONFIG_JSON]"
+mkdir -p "${1:?$usage}"
+out=$(cd "$1" && pwd)
+task=${2:?$usage} candidate=${3:?$usage} shape=${4:?$usage} regex=${5:?$usage}
+config=${6:-'{}'}
+cd "$(dirname "$0")/.."
+driver=$(mktemp --suffix=.py)
+trap 'rm -f "$driver"' EXIT
+cat >"$driver" <<'PY'
+import json
+import sys
+
+import torch
+
+from loop.tasks import load_task
+from tests.source_files import import_file
+
+task = load_task(sys.argv[1])
+module = import_file(task.folder / sys.argv[2])
+shape = next(s for s in task.module.SHAPES["cuda"] if s["name"] == sys.argv[3])
+args = task.module.make_inputs(shape, 1, "cuda")
+for _ in range(3):
+    module.kernel(*args, **json.loads(sys.argv[4]))
+torch.cuda.synchronize()
+PY
+common=(--clock-control none --target-processes all -k "regex:$regex" --launch-skip 2 -c 1)
+ncu "${common[@]}" --print-units base --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    --section Occupancy --section LaunchStats --metrics "regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active" \
+    python3 "$driver" "$task" "$candidate" "$shape" "$config" >"$out/ncu-$task-$shape.txt"
+ncu "${common[@]}" --section SourceCounters --csv --page source --print-source sass \
+    python3 "$driver" "$task" "$candidate" "$shape" "$config" >"$out/ncu-$task-$shape-sass.csv"
+echo "wrote $out/ncu-$task-$shape.txt ($(wc -l <"$out/ncu-$task-$shape.txt") lines)," \
+    "$out/ncu-$task-$shape-sass.csv ($(wc -l <"$out/ncu-$task-$shape-sass.csv") lines)"
