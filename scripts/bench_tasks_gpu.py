@@ -320,6 +320,32 @@ PLANS = [
         tag="qkv16",
         peers=FUSED_PEERS,
     ),
+    # The next K step's x and g loaded a step ahead (session 14: profiled at 16 rows, 45 % of
+    # the rope kernel's stall samples waited on those loads), against the best without it.
+    Plan(
+        "rmsnorm_linear_rope",
+        "triton_rmsnorm_gemm_rope.py",
+        ["m16-qk40-v8-d128-k4096"],
+        [
+            {"block_n": 64, "block_k": 128, "split_k": 4},
+            *_grid(
+                {"block_n": [32, 64], "block_k": [128], "split_k": [2, 4, 8], "x_ahead": [True]}
+            ),
+        ],
+        tag="qkv16ahead",
+        peers=FUSED_PEERS,
+    ),
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "triton_rmsnorm_gemm_swiglu.py",
+        ["m16-f14336-k4096"],
+        [
+            {"block_n": 64, "block_k": 128, "split_k": 1},
+            *_grid({"block_n": [64], "block_k": [128], "split_k": [1, 2, 4], "x_ahead": [True]}),
+        ],
+        tag="gateup16ahead",
+        peers=FUSED_PEERS,
+    ),
     # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,
     # qkv projection and rope (Llama-3-8B's), swept at one token; at 16 rows the peers are
     # expected to keep the shapes.
@@ -377,6 +403,21 @@ PLANS = [
         ["decode-256x32000"],
         RESIDENT_DECODE_GRID,
         tag="256x32k",
+    ),
+    # Only warp 0 at the exchange's second cluster barrier, and only block 0 waiting at it
+    # (session 14: 40 % of the stall samples at decode 64 x 128256 were at that barrier).
+    *(
+        Plan(
+            "cross_entropy",
+            "cupy_cross_entropy_resident.py",
+            [shape],
+            _grid({"threads": [threads], "slice_kb": [8, 16], "early_exit": [False, True]}),
+            tag=tag,
+        )
+        for tag, shape, threads in [
+            ("exit32k", "decode-64x32000", 256),
+            ("exit128k", "decode-64x128256", 512),
+        ]
     ),
     Plan(
         "cross_entropy",

@@ -10,6 +10,11 @@ batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte load
    exchange: each block writes its pair into block 0's shared memory before one cluster
    barrier;
 3. block 0 writes max + log(sum) - logits[target] (0 where the target is ignored).
+With `early_exit` only warp 0 of each block takes part in the exchange's barrier, and only block
+0 waits at it: the other warps leave after the first barrier, and the other blocks' warp 0
+leaves once it has released its pair (a cluster barrier waits for the threads that have not
+exited). Profiled at decode 64 x 128256 without it, 40 % of the warps' stall samples were at
+the cluster barrier and its memory barrier (docs/benchmarks/2026-11-30-h200-session14.md).
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -32,6 +37,7 @@ PARAMS = {
     "threads": [128, 256, 512, 1024],
     "slice_kb": [8, 16, 32, 64, 128],
     "exchange": ["cluster", "global"],
+    "early_exit": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -189,7 +195,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     __syncthreads();
     float m_all = 0.f, s_all = 0.f;
     if (warp == 0) combine(red_m, red_s, THREADS >> 5, m_all, s_all);
-#if CLUSTER > 1
+#if CLUSTER > 1 && EARLY_EXIT
+    // Only warp 0 of each block takes part in the second cluster barrier: the others leave
+    // (a cluster barrier waits for the threads that have not exited), and so does warp 0 of
+    // every block but block 0 once its pair is released to block 0, which waits for them all.
+    cluster_wait();
+    if (warp != 0) return;
+    if (threadIdx.x == 0) {
+        store_to_block(&parts_m[rank], 0, m_all);
+        store_to_block(&parts_s[rank], 0, s_all);
+    }
+    if (rank != 0) {
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        return;
+    }
+    cluster_barrier();
+    combine(parts_m, parts_s, CLUSTER, m_all, s_all);
+#elif CLUSTER > 1
     // Every thread takes part in the cluster barriers; only warp 0 of block 0 goes on.
     cluster_wait();
     if (threadIdx.x == 0) {
@@ -280,7 +302,7 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
     return Launch(blocks, slice_vec, vectors_per_thread, exchange if blocks > 1 else "cluster")
 
 
-def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
+def compile_options(threads: int, launch: Launch, early_exit: bool = False) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90). The block size is a
     compile-time constant so that each thread's vector offsets are immediates, not registers."""
     return (
@@ -289,6 +311,7 @@ def compile_options(threads: int, launch: Launch) -> tuple[str, ...]:
         f"-DVPT={launch.vectors_per_thread}",
         f"-DBLOCKS={launch.blocks}",
         f"-DCLUSTER={launch.cluster}",
+        f"-DEARLY_EXIT={int(early_exit)}",
     )
 
 
@@ -312,9 +335,9 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch):
+def _compiled(threads: int, launch: Launch, early_exit: bool):
     return cupy.RawKernel(
-        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch)
+        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch, early_exit)
     )
 
 
@@ -324,6 +347,7 @@ def kernel(
     threads: int = 512,
     slice_kb: int = 64,
     exchange: str = "cluster",
+    early_exit: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -348,7 +372,7 @@ def kernel(
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    kern = _compiled(threads, launch)
+    kern = _compiled(threads, launch, early_exit)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

@@ -11,6 +11,11 @@ programs rotate by nothing) and writes. With more, it stores its float32 partial
 of a tile's programs to arrive (an acq_rel count, after a barrier that puts every thread's stores
 first) adds the slices' partials in a fixed order, runs the epilogue and resets the count.
 
+`x_ahead` True loads the next K step's x and g while the current step's products run: x and g
+feed the products through the norm (x^2 summed, x g rounded), not directly, so Triton's
+pipelining does not prefetch them, and at 16 rows a program otherwise waits on their load every
+step (45 % of the stall samples of the rope kernel's build, profiled on the H200 in session 14).
+
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
 
@@ -33,6 +38,7 @@ PARAMS = {
     "split_k": [1, 2, 4, 8],
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
+    "x_ahead": [False, True],
 }
 BLOCK_M = 16
 EPS = 1e-6
@@ -48,10 +54,15 @@ def _w_tile(rows, k, rows_ok, k_ok):
 
 
 @triton.jit
-def _step(x_rows, g_ptr, w_a, w_b, za, zb, squares, k, k_ok, m_ok):
-    """One K step: x^2 summed, x g (in x's dtype) against the two W tiles."""
+def _xg(x_rows, g_ptr, k, k_ok, m_ok):
+    """One K step's x (rows x k) and g (k)."""
     x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-    g = tl.load(g_ptr + k, mask=k_ok, other=0.0)
+    return x, tl.load(g_ptr + k, mask=k_ok, other=0.0)
+
+
+@triton.jit
+def _step(x, g, w_a, w_b, za, zb, squares):
+    """One K step: x^2 summed, x g (in x's dtype) against the two W tiles."""
     xf = x.to(tl.float32)
     squares += tl.sum(xf * xf, axis=1)
     xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)
@@ -65,7 +76,7 @@ def _rmsnorm_gemm_rope(
     x_ptr, g_ptr, wqk_ptr, wv_ptr, cos_ptr, sin_ptr, qk_ptr, v_ptr, part_ptr, squares_ptr,
     count_ptr, M, N_QK, N_V, K, k_per_split, pair_programs, eps,
     HALF: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLITS: tl.constexpr, PDL: tl.constexpr,
+    SPLITS: tl.constexpr, PDL: tl.constexpr, X_AHEAD: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -97,12 +108,20 @@ def _rmsnorm_gemm_rope(
     za = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     zb = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    za, zb, squares = _step(x_rows, g_ptr, w_a, w_b, za, zb, squares, k, k_ok, m_ok)
+    x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
+    if X_AHEAD:  # the next step's x and g, loaded while this step's products run
+        x_next, g_next = _xg(x_rows, g_ptr, k + BLOCK_K, k + BLOCK_K < k_stop, m_ok)
+    za, zb, squares = _step(x, g, w_a, w_b, za, zb, squares)
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
         w_a, w_b = _w_tile(a_rows, k, a_ok, k_ok), _w_tile(b_rows, k, b_ok, k_ok)
-        za, zb, squares = _step(x_rows, g_ptr, w_a, w_b, za, zb, squares, k, k_ok, m_ok)
+        if X_AHEAD:
+            x, g = x_next, g_next
+            x_next, g_next = _xg(x_rows, g_ptr, k + BLOCK_K, k + BLOCK_K < k_stop, m_ok)
+        else:
+            x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
+        za, zb, squares = _step(x, g, w_a, w_b, za, zb, squares)
     done = SPLITS == 1
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
@@ -178,6 +197,7 @@ def kernel(
     split_k: int = 2,
     num_warps: int = 4,
     num_stages: int = 3,
+    x_ahead: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     m, k = x.shape
     half = cos.shape[1]
@@ -223,6 +243,7 @@ def kernel(
     _rmsnorm_gemm_rope[grid](
         x, g, w_qk, w_v, cos, sin, qk, v, parts, squares, counts, m, n_qk, n_v, k, k_per_split,
         pair_programs, EPS, HALF=half, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
-        SPLITS=splits, PDL=pdl, num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
+        SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead, num_warps=num_warps, num_stages=num_stages,
+        launch_pdl=pdl,
     )  # fmt: skip
     return qk, v

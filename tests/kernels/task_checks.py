@@ -95,6 +95,15 @@ def cuda_compile_error(source: str, options: list[str]) -> str | None:
     return None
 
 
+def cuda_ptx(source: str, options: list[str]) -> str:
+    """NVRTC's PTX of `source` with `options` (a skip without NVRTC)."""
+    nvrtc = _nvrtc_or_skip()
+    program = nvrtc.createProgram(source, "candidate.cu", [], [])
+    nvrtc.compileProgram(program, options)
+    ptx = nvrtc.getPTX(program)
+    return ptx.decode() if isinstance(ptx, bytes) else ptx
+
+
 def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
     """NVRTC and ptxas accept `source` with `options` and give a cubin (a skip without NVRTC)."""
     error = cuda_compile_error(source, options)
@@ -149,6 +158,12 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",
         )
+        if "early_exit" in space and launch.cluster > 1:
+            assert_cuda_compiles(
+                module.SOURCE,
+                [f"-arch={arch}", *module.compile_options(threads, launch, early_exit=True)],
+                f"{candidate} {arch} threads={threads} {launch} early_exit",
+            )
 
 
 def assert_resident_plan(module: ModuleType) -> None:

@@ -17,6 +17,7 @@ from tests.kernels.task_checks import (
     assert_wrong_rejected,
     candidate_module,
     cuda_compile_error,
+    cuda_ptx,
     edge_rows,
     evaluate_with_wrong,
     gpu_evaluate,
@@ -115,6 +116,11 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 256, "slice_kb": 8, "exchange": "global"},
             ),
+            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "early_exit": True}),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 512, "slice_kb": 16, "early_exit": True},
+            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -122,9 +128,11 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("exchange", ["cluster", "global"])
+@pytest.mark.parametrize(
+    "exchange,early_exit", [("cluster", False), ("global", False), ("cluster", True)]
+)
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
-def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange) -> None:
+def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, early_exit) -> None:
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
@@ -132,7 +140,7 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange) 
     for cols in EDGE_COLUMNS:
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
-        got = module.kernel(x, targets, threads, slice_kb, exchange).double()
+        got = module.kernel(x, targets, threads, slice_kb, exchange, early_exit).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
@@ -232,6 +240,27 @@ def test_a_global_exchange_over_32_blocks_does_not_compile(task) -> None:
 
 def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
     assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")
+
+
+def test_with_early_exit_only_warp_0_reaches_the_second_cluster_barrier(task) -> None:
+    """Compiled for sm_90 over a cluster of 8: with early_exit the other warps return after the
+    first barrier's wait, so the kernel has one cluster arrive fewer on their path; block 0
+    alone waits twice. Without it every thread arrives and waits twice."""
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    launch = module.plan(32000 // 8, 256, 8)
+    assert launch.cluster == 8
+
+    def ptx(early_exit: bool) -> str:
+        return cuda_ptx(
+            module.SOURCE, ["-arch=sm_90", *module.compile_options(256, launch, early_exit)]
+        )
+
+    plain, early = ptx(False), ptx(True)
+    assert plain.count("barrier.cluster.wait") == 2
+    assert early.count("barrier.cluster.wait") == 2
+    # the blocks other than block 0 release their pair and leave without waiting
+    assert early.count("barrier.cluster.arrive.release") == 2
+    assert plain.count("barrier.cluster.arrive.release") == 1
 
 
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:

@@ -147,6 +147,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemv_rope.py", {"per_lane": 4, "block_n": 2, "rows": 4}),
             ("triton_rmsnorm_gemm_rope.py", {}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 1, "block_n": 64}),
+            ("triton_rmsnorm_gemm_rope.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
             ("torch_rmsnorm_linear_rope.py", {}),
         ],
     )
@@ -160,6 +161,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
     [
         ("triton_rmsnorm_gemv_rope.py", {"per_lane": 2, "block_n": 4, "rows": 4}),
         ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "split_k": 4}),
+        ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "x_ahead": True}),
     ],
 )
 def test_the_fused_kernel_on_ragged_shapes(task, candidate, params) -> None:
@@ -205,7 +207,7 @@ def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) 
     assert_waits_for_late_inputs(run, (x, cos, sin), want)
 
 
-@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (2, True)])
 @pytest.mark.parametrize(
     "bug",
     [
@@ -220,11 +222,11 @@ def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) 
     ],
 )
 def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
-    task, tmp_path, bug, split_k
+    task, tmp_path, bug, split_k, x_ahead
 ) -> None:
     """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a tile adds
     the slices' partials and sums of squares); heads of 8 and 16."""
-    params = {"block_n": 16, "block_k": 64, "split_k": split_k}
+    params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
     candidate = "triton_rmsnorm_gemm_rope.py"
     assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
 
@@ -247,7 +249,10 @@ for rows, heads, n_v, k in [(3, 2, 16, 72), (17, 6, 40, 200), (3, 2, 16, 72)]:
 
 
 @pytest.mark.parametrize("splits", [1, 2])
-def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(task, splits) -> None:
+@pytest.mark.parametrize("x_ahead", [False, True])
+def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
+    task, splits, x_ahead
+) -> None:
     """Compiled for sm_90 (no GPU needed) at Llama-3-8B's qkv: the first two W tiles' loads come
     before griddepcontrol.wait; everything else after it."""
     module = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
@@ -257,7 +262,8 @@ def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(task, 
     types |= dict.fromkeys(("M", "N_QK", "N_V", "K", "k_per_split", "pair_programs"), "i32")
     constexprs = {"HALF": 64, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLITS": splits}
     aligned = ("N_QK", "N_V", "K", "k_per_split")
-    ptx = hopper_ptx(module._rmsnorm_gemm_rope, types, constexprs | {"PDL": True}, 4, 3, aligned)
+    constexprs |= {"PDL": True, "X_AHEAD": x_ahead}
+    ptx = hopper_ptx(module._rmsnorm_gemm_rope, types, constexprs, 4, 3, aligned)
     assert_weights_stream_before_the_wait(ptx, 2 * 32 * 128 * 2 // 16 // 128)
     assert "mma.sync" in ptx
 

@@ -135,6 +135,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 4, "block_n": 2, "rows": 4}),
             ("triton_rmsnorm_gemm_swiglu.py", {}),
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 32}),
+            ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
             ("torch_rmsnorm_linear_swiglu.py", {}),
         ],
     )
@@ -148,6 +149,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
     [
         ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
+        ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "x_ahead": True}),
     ],
 )
 def test_the_fused_kernel_normalises_each_row_on_its_own(task, candidate, params) -> None:
@@ -182,7 +184,7 @@ def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
 
 
-@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (2, True)])
 @pytest.mark.parametrize(
     "bug",
     [
@@ -191,11 +193,11 @@ def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
     ],
 )
 def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
-    task, tmp_path, bug, split_k
+    task, tmp_path, bug, split_k, x_ahead
 ) -> None:
     """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a tile adds
     the slices' partials and sums of squares)."""
-    params = {"block_n": 16, "block_k": 64, "split_k": split_k}
+    params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
     candidate = "triton_rmsnorm_gemm_swiglu.py"
     assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
 
@@ -216,7 +218,10 @@ for rows, f, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
 
 
 @pytest.mark.parametrize("splits", [1, 4])
-def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(task, splits) -> None:
+@pytest.mark.parametrize("x_ahead", [False, True])
+def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
+    task, splits, x_ahead
+) -> None:
     """Compiled for sm_90 (no GPU needed) at Llama-3-8B's MLP: the first gate and up W tiles'
     loads come before griddepcontrol.wait; everything else after it."""
     module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
@@ -225,6 +230,7 @@ def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(task, 
     types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
     aligned = ("F", "K", "k_per_split")
+    constexprs["X_AHEAD"] = x_ahead
     ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, aligned)
     assert_weights_stream_before_the_wait(ptx, 2 * 64 * 128 * 2 // 16 // 128)
     assert "mma.sync" in ptx
