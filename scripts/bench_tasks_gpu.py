@@ -346,6 +346,24 @@ PLANS = [
         tag="gateup16ahead",
         peers=FUSED_PEERS,
     ),
+    # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
+    # projections on tensor cores.
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "triton_rmsnorm_gemm_swiglu.py",
+        ["m16-f18432-k7168"],
+        _grid({"block_n": [64], "block_k": [128], "split_k": [1, 2], "x_ahead": [False, True]}),
+        tag="gateup16mla",
+        peers=FUSED_PEERS,
+    ),
+    Plan(
+        "linear_residual",
+        "triton_gemm_residual.py",
+        ["m16-n7168-k18432", "m16-n7168-k16384"],
+        _grid({"block_n": [64], "block_k": [128, 256], "split_k": [2, 4, 8]}),
+        tag="down16mla",
+        peers=FUSED_PEERS,
+    ),
     # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,
     # qkv projection and rope (Llama-3-8B's), swept at one token; at 16 rows the peers are
     # expected to keep the shapes.
