@@ -346,6 +346,19 @@ PLANS = [
         tag="gateup16ahead",
         peers=FUSED_PEERS,
     ),
+    # The next kernel launched only as the products end (late_dependents): in the Llama b16
+    # block the fused SwiGLU lost (0.964x) where per op it won (session 14, call 4).
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "triton_rmsnorm_gemm_swiglu.py",
+        ["m16-f14336-k4096"],
+        _grid(
+            {"block_n": [64], "block_k": [128], "split_k": [1], "x_ahead": [True]},
+            {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
+        ),
+        tag="gateup16late",
+        peers=FUSED_PEERS,
+    ),
     # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
     # projections on tensor cores.
     Plan(

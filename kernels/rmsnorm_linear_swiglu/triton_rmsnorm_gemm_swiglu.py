@@ -21,7 +21,10 @@ must therefore not overlap (run them on one stream, as torch does by default).
 On Hopper and later the kernel is launched with programmatic dependent launch: a program's first
 W tiles, which nothing earlier in the stream writes, are loaded before `gdc_wait`; x is read, and
 anything written, only after it. Right after the wait it lets the kernel after it launch, so
-that kernel may rely on everything before this one being done.
+that kernel may rely on everything before this one being done; with `late_dependents` it does so
+only once its K loop ends, so that the next kernel's programs, which take their shared memory
+and registers while they wait, arrive for this kernel's epilogue rather than its whole run. The
+next kernel's own wait is for this one to finish either way.
 """
 
 import functools
@@ -38,6 +41,7 @@ PARAMS = {
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
     "x_ahead": [False, True],
+    "late_dependents": [False, True],
 }
 BLOCK_M = 16
 EPS = 1e-6
@@ -74,7 +78,7 @@ def _step(x, g, w_gate, w_up, gate, up, squares):
 def _rmsnorm_gemm_swiglu(
     x_ptr, g_ptr, w_ptr, y_ptr, part_ptr, squares_ptr, count_ptr, M, F, K, k_per_split, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    PDL: tl.constexpr, X_AHEAD: tl.constexpr,
+    PDL: tl.constexpr, X_AHEAD: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -92,7 +96,8 @@ def _rmsnorm_gemm_swiglu(
     w_gate, w_up = _w_tile(gate_rows, k, n_ok, k_ok), _w_tile(up_rows, k, n_ok, k_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if not LATE_DEPENDENTS:
+            tl.extra.cuda.gdc_launch_dependents()
     gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -110,6 +115,8 @@ def _rmsnorm_gemm_swiglu(
         else:
             x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
         gate, up, squares = _step(x, g, w_gate, w_up, gate, up, squares)
+    if PDL and LATE_DEPENDENTS:  # the kernel after this one launches only as its products end
+        tl.extra.cuda.gdc_launch_dependents()
     out_ok = m_ok[:, None] & n_ok[None, :]
     out = rm[:, None].to(tl.int64) * F + rn[None, :]
     done = SPLITS == 1
@@ -175,6 +182,7 @@ def kernel(
     num_warps: int = 4,
     num_stages: int = 3,
     x_ahead: bool = False,
+    late_dependents: bool = False,
 ) -> torch.Tensor:
     m, k = x.shape
     if w.dim() != 2 or w.shape[0] % 2 or w.shape[1] != k or g.shape != (k,):
@@ -205,6 +213,7 @@ def kernel(
     _rmsnorm_gemm_swiglu[grid](
         x, g, w, y, parts, squares, counts, m, f, k, k_per_split, EPS,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead,
+        LATE_DEPENDENTS=late_dependents,
         num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -136,6 +136,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_swiglu.py", {}),
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 32}),
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
+            ("triton_rmsnorm_gemm_swiglu.py", {"x_ahead": True, "late_dependents": True}),
             ("torch_rmsnorm_linear_swiglu.py", {}),
         ],
     )
@@ -230,21 +231,47 @@ def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
     types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
     aligned = ("F", "K", "k_per_split")
-    constexprs["X_AHEAD"] = x_ahead
+    constexprs |= {"X_AHEAD": x_ahead, "LATE_DEPENDENTS": False}
     ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, aligned)
     assert_weights_stream_before_the_wait(ptx, 2 * 64 * 128 * 2 // 16 // 128)
     assert "mma.sync" in ptx
 
 
+@pytest.mark.parametrize("late", [False, True])
+def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(task, late) -> None:
+    """Compiled for sm_90: by default the next kernel may launch right after the wait, before
+    any product; with late_dependents only after the K loop's last one. Either way after the
+    wait (the next kernel's own wait is for this one to end)."""
+    module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
+    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": 2, "PDL": True}
+    constexprs |= {"X_AHEAD": True, "LATE_DEPENDENTS": late}
+    ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, ("F", "K"))
+    launch = ptx.index("griddepcontrol.launch_dependents")
+    assert ptx.count("griddepcontrol.launch_dependents") == 1
+    assert ptx.index("griddepcontrol.wait") < launch
+    if late:
+        assert launch > ptx.rindex("mma.sync")
+    else:
+        assert launch < ptx.index("mma.sync")
+
+
 @pytest.mark.gpu
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
+@pytest.mark.parametrize("late", [False, True])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task, late) -> None:
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
     shape = next(s for s in task.shapes("cuda") if s.name == "m16-f14336-k4096")
     x, g, w = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), g.double(), w.double())
-    assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w, split_k=2), (x,), want)
+
+    def run(x):
+        return module.kernel(x, g, w, split_k=2, x_ahead=True, late_dependents=late)
+
+    assert_waits_for_late_inputs(run, (x,), want)
 
 
 def test_the_tensor_core_candidate_keeps_float32_partials_whatever_torchs_default(task) -> None:
