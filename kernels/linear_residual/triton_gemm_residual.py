@@ -14,7 +14,10 @@ must therefore not overlap (run them on one stream, as torch does by default).
 On Hopper and later the kernel is launched with programmatic dependent launch: a program's first
 W tile, which nothing earlier in the stream writes, is loaded before `gdc_wait`; x and r are
 read, and anything written, only after it. Right after the wait it lets the kernel after it
-launch, so that kernel may rely on everything before this one being done.
+launch, so that kernel may rely on everything before this one being done; with `late_dependents`
+only once its K loop ends (the next kernel's programs then take their shared memory and
+registers for this one's epilogue, not its whole run). The next kernel's own wait is for this one
+to finish either way.
 """
 
 import functools
@@ -30,6 +33,7 @@ PARAMS = {
     "split_k": [1, 2, 4, 8],
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
+    "late_dependents": [False, True],
 }
 BLOCK_M = 16
 
@@ -47,7 +51,7 @@ def _w_tile(rows, k, rows_ok, k_ok):
 def _gemm_residual(
     x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, k_per_split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -63,7 +67,8 @@ def _gemm_residual(
     w = _w_tile(w_rows, k, n_ok, k_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if not LATE_DEPENDENTS:
+            tl.extra.cuda.gdc_launch_dependents()
     x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
     acc = tl.dot(x, tl.trans(w), input_precision="ieee")
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
@@ -72,6 +77,8 @@ def _gemm_residual(
         w = _w_tile(w_rows, k, n_ok, k_ok)
         x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+    if PDL and LATE_DEPENDENTS:  # the kernel after this one launches only as its products end
+        tl.extra.cuda.gdc_launch_dependents()
     out_ok = m_ok[:, None] & n_ok[None, :]
     out = rm[:, None].to(tl.int64) * N + rn[None, :]
     done = SPLITS == 1
@@ -126,6 +133,7 @@ def kernel(
     split_k: int = 4,
     num_warps: int = 4,
     num_stages: int = 3,
+    late_dependents: bool = False,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -155,6 +163,6 @@ def kernel(
     _gemm_residual[grid](
         x, w, r, y, parts, counts, m, n, k, k_per_split,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl,
-        num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
+        LATE_DEPENDENTS=late_dependents, num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -104,6 +104,19 @@ def cuda_ptx(source: str, options: list[str]) -> str:
     return ptx.decode() if isinstance(ptx, bytes) else ptx
 
 
+def assert_dependents_launch_where_asked(ptx: str, late: bool) -> None:
+    """In an sm_90 kernel's PTX, the one trigger that lets the next kernel launch comes after
+    the wait for the kernel before; before the first mma.sync by default, after the last one
+    with `late` (late_dependents: only once the K loop's products end)."""
+    launch = ptx.index("griddepcontrol.launch_dependents")
+    assert ptx.count("griddepcontrol.launch_dependents") == 1
+    assert ptx.index("griddepcontrol.wait") < launch
+    if late:
+        assert launch > ptx.rindex("mma.sync")
+    else:
+        assert launch < ptx.index("mma.sync")
+
+
 def assert_cuda_compiles(source: str, options: list[str], what: str) -> None:
     """NVRTC and ptxas accept `source` with `options` and give a cubin (a skip without NVRTC)."""
     error = cuda_compile_error(source, options)

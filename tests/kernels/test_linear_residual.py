@@ -8,6 +8,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
+    assert_dependents_launch_where_asked,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
@@ -217,13 +218,29 @@ def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, s
     types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
     types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
+    constexprs["LATE_DEPENDENTS"] = False
     ptx = hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
     assert_weights_stream_before_the_wait(ptx, 64 * 128 * 2 // 16 // 128)
     assert "mma.sync" in ptx
 
 
+@pytest.mark.parametrize("late", [False, True])
+def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(task, late) -> None:
+    """Compiled for sm_90 at 4096 x 14336 in 4 slices: the next kernel may launch right after
+    the wait by default, only after the K loop's last product with late_dependents."""
+    module = candidate_module(task, "triton_gemm_residual.py")
+    types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
+    types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
+    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": 4, "PDL": True}
+    constexprs["LATE_DEPENDENTS"] = late
+    ptx = hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
+    assert_dependents_launch_where_asked(ptx, late)
+
+
 @pytest.mark.gpu
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
+@pytest.mark.parametrize("late", [False, True])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
     """At 16 rows, launched with programmatic dependent launch right after kernels that write x
     and r late, it still reads the new ones (its first W tile streams early)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
@@ -232,7 +249,11 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task) -
     shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k4096")
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
-    assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r), (x, r), want)
+
+    def run(x, r):
+        return module.kernel(x, w, r, late_dependents=late)
+
+    assert_waits_for_late_inputs(run, (x, r), want)
 
 
 @pytest.mark.gpu

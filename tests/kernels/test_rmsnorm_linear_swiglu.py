@@ -8,6 +8,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
+    assert_dependents_launch_where_asked,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_weights_stream_before_the_wait,
@@ -249,13 +250,7 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": 2, "PDL": True}
     constexprs |= {"X_AHEAD": True, "LATE_DEPENDENTS": late}
     ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, ("F", "K"))
-    launch = ptx.index("griddepcontrol.launch_dependents")
-    assert ptx.count("griddepcontrol.launch_dependents") == 1
-    assert ptx.index("griddepcontrol.wait") < launch
-    if late:
-        assert launch > ptx.rindex("mma.sync")
-    else:
-        assert launch < ptx.index("mma.sync")
+    assert_dependents_launch_where_asked(ptx, late)
 
 
 @pytest.mark.gpu
