@@ -359,6 +359,19 @@ PLANS = [
         tag="gateup16late",
         peers=FUSED_PEERS,
     ),
+    # The o projection's configurations taken into the Llama b16 block's tables, with
+    # late_dependents (which changes only where the next kernel may launch), per op.
+    Plan(
+        "linear_residual",
+        "triton_gemm_residual.py",
+        ["m16-n4096-k4096"],
+        _grid(
+            {"block_n": [64], "block_k": [128, 256], "split_k": [4], "late_dependents": [True]},
+            {"block_n": 64, "block_k": 256, "split_k": 2, "late_dependents": True},
+        ),
+        tag="o16late",
+        peers=FUSED_PEERS,
+    ),
     # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
     # projections on tensor cores.
     Plan(
