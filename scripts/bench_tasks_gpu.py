@@ -321,7 +321,8 @@ PLANS = [
         peers=FUSED_PEERS,
     ),
     # The next K step's x and g loaded a step ahead (session 14: profiled at 16 rows, 45 % of
-    # the rope kernel's stall samples waited on those loads), against the best without it.
+    # the rope kernel's stall samples waited on global loads, most on x's and g's), against the
+    # best without it.
     Plan(
         "rmsnorm_linear_rope",
         "triton_rmsnorm_gemm_rope.py",
@@ -449,7 +450,8 @@ PLANS = [
         tag="256x32k",
     ),
     # Only warp 0 at the exchange's second cluster barrier, and only block 0 waiting at it
-    # (session 14: 40 % of the stall samples at decode 64 x 128256 were at that barrier).
+    # (session 14: at decode 64 x 128256, 54 % of the stall samples were barrier and
+    # memory-barrier stalls, a quarter of all at the cluster barrier's wait).
     *(
         Plan(
             "cross_entropy",

@@ -13,8 +13,9 @@ batch of 64 rows still fills the GPU. Each thread issues all of its 16-byte load
 With `early_exit` only warp 0 of each block takes part in the exchange's barrier, and only block
 0 waits at it: the other warps leave after the first barrier, and the other blocks' warp 0
 leaves once it has released its pair (a cluster barrier waits for the threads that have not
-exited). Profiled at decode 64 x 128256 without it, 40 % of the warps' stall samples were at
-the cluster barrier and its memory barrier (docs/benchmarks/2026-11-30-h200-session14.md).
+exited). Profiled at decode 64 x 128256 without it, 54 % of the warps' stall samples were
+barrier and memory-barrier stalls, a quarter of all of them at the cluster barrier's wait; with
+it the kernel was 0-2 % faster (docs/benchmarks/2026-11-30-h200-session14.md).
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines

@@ -13,7 +13,8 @@ fixed order, runs the epilogue and resets the count.
 `x_ahead` True loads the next K step's x and g while the current step's products run: x and g
 feed the products through the norm (x^2 summed, x g rounded), not directly, so Triton's
 pipelining does not prefetch them, and at 16 rows a program otherwise waits on their load every
-step (45 % of the stall samples of the rope kernel's build, profiled on the H200 in session 14).
+step (profiled on the H200 in session 14, 45 % of the rope kernel's stall samples were waits on
+global loads, most of them on x's and g's).
 
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
