@@ -206,6 +206,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         store_to_block(&parts_m[rank], 0, m_all);
         store_to_block(&parts_s[rank], 0, s_all);
     }
+    __syncwarp();  // the aligned barrier below needs the whole warp converged
     if (rank != 0) {
         asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
         return;
@@ -304,8 +305,9 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
 
 
 def compile_options(threads: int, launch: Launch, early_exit: bool = False) -> tuple[str, ...]:
-    """NVRTC options for one launch shape (cluster > 1 needs sm_90). The block size is a
-    compile-time constant so that each thread's vector offsets are immediates, not registers."""
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT).
+    The block size is a compile-time constant so that each thread's vector offsets are
+    immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -367,6 +369,7 @@ def kernel(
     if n_cols == 0:
         raise ValueError("cross-entropy over an empty vocabulary is undefined")
     launch = plan(n_cols // 8, threads, slice_kb, exchange)
+    early_exit = early_exit and launch.cluster > 1  # no cluster barrier to leave early
     if launch.cluster > 1 and torch.cuda.get_device_capability(x.device) < CLUSTER_MIN_CAPABILITY:
         raise ValueError("rows longer than slice_kb need thread-block clusters (sm_90)")
     partial = arrived = None

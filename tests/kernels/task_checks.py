@@ -99,7 +99,10 @@ def cuda_ptx(source: str, options: list[str]) -> str:
     """NVRTC's PTX of `source` with `options` (a skip without NVRTC)."""
     nvrtc = _nvrtc_or_skip()
     program = nvrtc.createProgram(source, "candidate.cu", [], [])
-    nvrtc.compileProgram(program, options)
+    try:
+        nvrtc.compileProgram(program, options)
+    except Exception as exc:
+        pytest.fail(f"{exc}\n{nvrtc.getProgramLog(program)}")
     ptx = nvrtc.getPTX(program)
     return ptx.decode() if isinstance(ptx, bytes) else ptx
 
@@ -108,8 +111,8 @@ def assert_dependents_launch_where_asked(ptx: str, late: bool) -> None:
     """In an sm_90 kernel's PTX, the one trigger that lets the next kernel launch comes after
     the wait for the kernel before; before the first mma.sync by default, after the last one
     with `late` (late_dependents: only once the K loop's products end)."""
+    assert "mma.sync" in ptx and ptx.count("griddepcontrol.launch_dependents") == 1
     launch = ptx.index("griddepcontrol.launch_dependents")
-    assert ptx.count("griddepcontrol.launch_dependents") == 1
     assert ptx.index("griddepcontrol.wait") < launch
     if late:
         assert launch > ptx.rindex("mma.sync")

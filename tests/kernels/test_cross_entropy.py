@@ -242,10 +242,11 @@ def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) ->
     assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")
 
 
-def test_with_early_exit_only_warp_0_reaches_the_second_cluster_barrier(task) -> None:
-    """Compiled for sm_90 over a cluster of 8: with early_exit the other warps return after the
-    first barrier's wait, so the kernel has one cluster arrive fewer on their path; block 0
-    alone waits twice. Without it every thread arrives and waits twice."""
+def test_with_early_exit_the_other_blocks_release_their_pair_and_do_not_wait(task) -> None:
+    """Compiled for sm_90 over a cluster of 8: with early_exit the kernel has a second release
+    arrive, the path of the blocks other than block 0, with no wait after it; the two waits are
+    the first barrier's and block 0's. Without it every thread takes one release arrive and two
+    waits. (The GPU edge-row tests check the results.)"""
     module = candidate_module(task, "cupy_cross_entropy_resident.py")
     launch = module.plan(32000 // 8, 256, 8)
     assert launch.cluster == 8

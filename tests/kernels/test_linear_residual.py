@@ -226,8 +226,8 @@ def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, s
 
 @pytest.mark.parametrize("late", [False, True])
 def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(task, late) -> None:
-    """Compiled for sm_90 at 4096 x 14336 in 4 slices: the next kernel may launch right after
-    the wait by default, only after the K loop's last product with late_dependents."""
+    """Compiled for sm_90 in 4 slices: the next kernel may launch right after the wait by
+    default, only after the K loop's last product with late_dependents."""
     module = candidate_module(task, "triton_gemm_residual.py")
     types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
@@ -242,7 +242,9 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 @pytest.mark.parametrize("late", [False, True])
 def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
     """At 16 rows, launched with programmatic dependent launch right after kernels that write x
-    and r late, it still reads the new ones (its first W tile streams early)."""
+    and r late, it still reads the new ones (its first W tile streams early); also with
+    late_dependents, which moves only where the kernel after it may launch (its place is
+    checked in the sm_90 PTX)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gemm_residual.py")

@@ -207,7 +207,7 @@ def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) 
     assert_waits_for_late_inputs(run, (x, cos, sin), want)
 
 
-@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (1, True), (2, True)])
 @pytest.mark.parametrize(
     "bug",
     [
@@ -229,6 +229,15 @@ def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
     params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
     candidate = "triton_rmsnorm_gemm_rope.py"
     assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+def test_x_ahead_hands_each_step_its_own_x_under_the_interpreter(task, tmp_path) -> None:
+    """One slice of two K steps (72 columns, the second step partial): with x_ahead the second
+    step takes the x and g loaded during the first; a copy that keeps the first step's x is
+    rejected."""
+    params = {"block_n": 16, "block_k": 64, "split_k": 1, "x_ahead": True}
+    bug = ("x, g = x_next, g_next", "g = g_next")
+    assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemm_rope.py", params, bug, tmp_path)
 
 
 def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:

@@ -186,7 +186,7 @@ def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
 
 
-@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (1, True), (2, True)])
 @pytest.mark.parametrize(
     "bug",
     [
@@ -202,6 +202,17 @@ def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
     params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
     candidate = "triton_rmsnorm_gemm_swiglu.py"
     assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+def test_x_ahead_hands_each_step_its_own_x_under_the_interpreter(task, tmp_path) -> None:
+    """One slice of two K steps (72 columns, the second step partial): with x_ahead the second
+    step takes the x and g loaded during the first; a copy that keeps the first step's x is
+    rejected."""
+    params = {"block_n": 16, "block_k": 64, "split_k": 1, "x_ahead": True}
+    bug = ("x, g = x_next, g_next", "g = g_next")
+    assert_interpreted_and_mutant_caught(
+        task, "triton_rmsnorm_gemm_swiglu.py", params, bug, tmp_path
+    )
 
 
 def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
@@ -254,8 +265,10 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("late", [False, True])
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task, late) -> None:
+@pytest.mark.parametrize("x_ahead,late", [(False, False), (True, True)])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task, x_ahead, late) -> None:
+    """Its own wait, with and without x_ahead (x loaded a step ahead, after the wait); with
+    late_dependents too, which moves only where the kernel after it may launch."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
@@ -264,7 +277,7 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task, late) -
     want = task.reference(x.double(), g.double(), w.double())
 
     def run(x):
-        return module.kernel(x, g, w, split_k=2, x_ahead=True, late_dependents=late)
+        return module.kernel(x, g, w, split_k=2, x_ahead=x_ahead, late_dependents=late)
 
     assert_waits_for_late_inputs(run, (x,), want)
 
