@@ -85,7 +85,8 @@ for stage in "$@"; do
         ;;
     profile-kernels)
         while read -r task cand shape regex config <&3; do
-            [ -n "$task" ] || continue
+            case "$task" in "" | "#"*) continue ;; esac
+            if [ "$(limit 9999)" -lt 30 ]; then echo "profile of $task $shape skipped: no time left"; break; fi
             timeout "$(limit 150)" bash scripts/profile_candidate_gpu.sh "$OUT/profile" "$task" \
                 "$cand" "$shape" "$regex" "${config:-{\}}" 2>&1 | tee -a "$OUT/profile-kernels.log" | tail -3
         done 3<<<"${PROFILES:?profile-kernels needs PROFILES}"

@@ -1,6 +1,7 @@
 """Where a kernel's time goes, from the per-instruction CSV of scripts/profile_candidate_gpu.sh
-(ncu --page source --print-source sass): the warp-stall samples summed by reason, then the
-instructions with the most samples, each with its two largest stall reasons.
+(ncu --page source --print-source sass): the warp-state samples summed by reason (stalls, and
+`selected`: a warp issuing), then the instructions with the most samples, each with its two
+largest reasons.
 
     python scripts/ncu_sass_summary.py FILE.csv [--top N]
 """
@@ -20,18 +21,21 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
     if start is None:
         raise ValueError(f'{path}: no per-instruction table (no line starting with "Address")')
-    return list(csv.DictReader(lines[start:]))
+    rows = list(csv.DictReader(lines[start:]))
+    if not rows:
+        raise ValueError(f"{path}: the per-instruction table has a header and no instruction")
+    return rows
 
 
 def summarize(rows: list[dict[str, str]], top: int) -> str:
-    """The report: samples by stall reason, then the `top` instructions by samples."""
+    """The report: samples by reason, then the `top` instructions by samples."""
     reasons = [key for key in rows[0] if key.startswith("stall_") and "Not Issued" not in key]
     by_reason: Counter[str] = Counter()
     for row in rows:
         for reason in reasons:
             by_reason[reason] += int(row[reason] or 0)
     total = sum(by_reason.values()) or 1
-    out = [f"{total} stall samples over {len(rows)} instructions"]
+    out = [f"{total} warp samples over {len(rows)} instructions"]
     out += [
         f"  {reason:24s} {n:7d} {100 * n / total:5.1f} %" for reason, n in by_reason.most_common(8)
     ]
@@ -40,7 +44,7 @@ def summarize(rows: list[dict[str, str]], top: int) -> str:
     for row in sorted(rows, key=lambda r: -int(r[samples] or 0))[:top]:
         mine = sorted(((int(row[r] or 0), r[6:]) for r in reasons), reverse=True)[:2]
         why = ", ".join(f"{name} {n}" for n, name in mine if n)
-        out.append(f"  {int(row[samples]):6d}  {row['Source'].strip()[:60]:60s} {why}")
+        out.append(f"  {int(row[samples] or 0):6d}  {row['Source'].strip()[:60]:60s} {why}")
     return "\n".join(out)
 
 
