@@ -196,29 +196,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     __syncthreads();
     float m_all = 0.f, s_all = 0.f;
     if (warp == 0) combine(red_m, red_s, THREADS >> 5, m_all, s_all);
-#if CLUSTER > 1 && EARLY_EXIT
-    // Only warp 0 of each block takes part in the second cluster barrier: the others leave
-    // (a cluster barrier waits for the threads that have not exited), and so does warp 0 of
-    // every block but block 0 once its pair is released to block 0, which waits for them all.
+#if CLUSTER > 1
+    // Every thread takes part in the cluster barriers; only warp 0 of block 0 goes on. With
+    // EARLY_EXIT only warp 0 of each block takes part in the second one (a cluster barrier
+    // waits for the threads that have not exited), and only block 0 waits at it: the other
+    // blocks' warp 0 leaves once its pair is released to block 0.
     cluster_wait();
-    if (warp != 0) return;
+    if (EARLY_EXIT && warp != 0) return;
     if (threadIdx.x == 0) {
         store_to_block(&parts_m[rank], 0, m_all);
         store_to_block(&parts_s[rank], 0, s_all);
     }
-    __syncwarp();  // the aligned barrier below needs the whole warp converged
-    if (rank != 0) {
-        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-        return;
-    }
-    cluster_barrier();
-    combine(parts_m, parts_s, CLUSTER, m_all, s_all);
-#elif CLUSTER > 1
-    // Every thread takes part in the cluster barriers; only warp 0 of block 0 goes on.
-    cluster_wait();
-    if (threadIdx.x == 0) {
-        store_to_block(&parts_m[rank], 0, m_all);
-        store_to_block(&parts_s[rank], 0, s_all);
+    if (EARLY_EXIT) {
+        __syncwarp();  // the aligned barrier below needs the whole warp converged
+        if (rank != 0) {
+            asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+            return;
+        }
     }
     cluster_barrier();
     if (rank != 0 || warp != 0) return;

@@ -82,27 +82,32 @@ def candidate_module(task: Task, name: str) -> ModuleType:
     return import_file(task.folder / name)
 
 
-def cuda_compile_error(source: str, options: list[str]) -> str | None:
-    """NVRTC's log where it refuses `source` with `options`, None where it gives a cubin (a
-    skip without NVRTC)."""
+def _nvrtc_compile(source: str, options: list[str]):
+    """NVRTC, the program it compiled `source` into with `options`, and its log where it
+    refused (else None); a skip without NVRTC."""
     nvrtc = _nvrtc_or_skip()
     program = nvrtc.createProgram(source, "candidate.cu", [], [])
     try:
         nvrtc.compileProgram(program, options)
     except Exception as exc:
-        return f"{exc}\n{nvrtc.getProgramLog(program)}"
-    assert len(nvrtc.getCUBIN(program)) > 0
-    return None
+        return nvrtc, program, f"{exc}\n{nvrtc.getProgramLog(program)}"
+    return nvrtc, program, None
+
+
+def cuda_compile_error(source: str, options: list[str]) -> str | None:
+    """NVRTC's log where it refuses `source` with `options`, None where it gives a cubin (a
+    skip without NVRTC)."""
+    nvrtc, program, error = _nvrtc_compile(source, options)
+    if error is None:
+        assert len(nvrtc.getCUBIN(program)) > 0
+    return error
 
 
 def cuda_ptx(source: str, options: list[str]) -> str:
     """NVRTC's PTX of `source` with `options` (a skip without NVRTC)."""
-    nvrtc = _nvrtc_or_skip()
-    program = nvrtc.createProgram(source, "candidate.cu", [], [])
-    try:
-        nvrtc.compileProgram(program, options)
-    except Exception as exc:
-        pytest.fail(f"{exc}\n{nvrtc.getProgramLog(program)}")
+    nvrtc, program, error = _nvrtc_compile(source, options)
+    if error is not None:
+        pytest.fail(error)
     ptx = nvrtc.getPTX(program)
     return ptx.decode() if isinstance(ptx, bytes) else ptx
 
@@ -218,17 +223,11 @@ def edge_rows(cols: int) -> torch.Tensor:
     return x.to(torch.bfloat16)
 
 
-def hopper_ptx(
-    fn,
-    types: dict[str, str],
-    constexprs: dict,
-    num_warps: int,
-    num_stages: int = 3,
-    multiples_of_16: tuple[str, ...] = (),
-) -> str:
-    """The PTX of hopper_build (a skip where Triton is missing)."""
+def hopper_ptx(*args, **kwargs) -> str:
+    """The PTX of hopper_build, which takes the same arguments (a skip where Triton is
+    missing)."""
     pytest.importorskip("triton")
-    return hopper_build(fn, types, constexprs, num_warps, num_stages, multiples_of_16).asm["ptx"]
+    return hopper_build(*args, **kwargs).asm["ptx"]
 
 
 def hopper_build(

@@ -209,17 +209,23 @@ for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
     assert counts == [0, 0]
 
 
-@pytest.mark.parametrize("splits", [1, 4])
-def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, splits) -> None:
-    """Compiled for sm_90 (no GPU needed) at 4096 x 4096: the first W tile's loads come before
-    griddepcontrol.wait, everything else (x, r, the partials, the count) after it."""
+def _tensor_core_ptx(task, splits: int, late: bool) -> str:
+    """The sm_90 PTX of the tensor-core kernel at 64 x 128 tiles in `splits` slices, PDL on,
+    late_dependents `late`."""
     module = candidate_module(task, "triton_gemm_residual.py")
     types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
     types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
-    constexprs["LATE_DEPENDENTS"] = False
-    ptx = hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
+    constexprs["LATE_DEPENDENTS"] = late
+    return hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, splits) -> None:
+    """Compiled for sm_90 (no GPU needed) at 4096 x 4096: the first W tile's loads come before
+    griddepcontrol.wait, everything else (x, r, the partials, the count) after it."""
+    ptx = _tensor_core_ptx(task, splits, late=False)
     assert_weights_stream_before_the_wait(ptx, 64 * 128 * 2 // 16 // 128)
     assert "mma.sync" in ptx
 
@@ -228,13 +234,7 @@ def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, s
 def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(task, late) -> None:
     """Compiled for sm_90 in 4 slices: the next kernel may launch right after the wait by
     default, only after the K loop's last product with late_dependents."""
-    module = candidate_module(task, "triton_gemm_residual.py")
-    types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
-    types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
-    types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
-    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": 4, "PDL": True}
-    constexprs["LATE_DEPENDENTS"] = late
-    ptx = hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
+    ptx = _tensor_core_ptx(task, 4, late)
     assert_dependents_launch_where_asked(ptx, late)
 
 

@@ -230,6 +230,18 @@ for rows, f, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
     assert counts == [0, 0]
 
 
+def _tensor_core_ptx(task, **constexprs) -> str:
+    """The sm_90 PTX of the tensor-core kernel at Llama-3-8B's MLP tiles (64 x 128, PDL on),
+    with `constexprs` (SPLITS, X_AHEAD, LATE_DEPENDENTS)."""
+    module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
+    constexprs |= {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "PDL": True}
+    aligned = ("F", "K", "k_per_split")
+    return hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, aligned)
+
+
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("x_ahead", [False, True])
 def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
@@ -237,14 +249,7 @@ def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
 ) -> None:
     """Compiled for sm_90 (no GPU needed) at Llama-3-8B's MLP: the first gate and up W tiles'
     loads come before griddepcontrol.wait; everything else after it."""
-    module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
-    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
-    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
-    types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
-    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
-    aligned = ("F", "K", "k_per_split")
-    constexprs |= {"X_AHEAD": x_ahead, "LATE_DEPENDENTS": False}
-    ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, aligned)
+    ptx = _tensor_core_ptx(task, SPLITS=splits, X_AHEAD=x_ahead, LATE_DEPENDENTS=False)
     assert_weights_stream_before_the_wait(ptx, 2 * 64 * 128 * 2 // 16 // 128)
     assert "mma.sync" in ptx
 
@@ -254,13 +259,7 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
     """Compiled for sm_90: by default the next kernel may launch right after the wait, before
     any product; with late_dependents only after the K loop's last one. Either way after the
     wait (the next kernel's own wait is for this one to end)."""
-    module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
-    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
-    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
-    types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
-    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": 2, "PDL": True}
-    constexprs |= {"X_AHEAD": True, "LATE_DEPENDENTS": late}
-    ptx = hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, ("F", "K"))
+    ptx = _tensor_core_ptx(task, SPLITS=2, X_AHEAD=True, LATE_DEPENDENTS=late)
     assert_dependents_launch_where_asked(ptx, late)
 
 
