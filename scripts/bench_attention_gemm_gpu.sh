@@ -5,10 +5,11 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_rows] [prefill_attention] [fp8_gemm]
+#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_rows] [prefill_attention] [prefill_desc]
+#       [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1 and mla_rows (estimated 5-7 minutes on
-# an H200; split across calls if needed).
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_rows and
+# prefill_desc (estimated 5-7 minutes on an H200; split across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.
@@ -256,6 +257,25 @@ for stage in $STAGES; do
             '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}' \
             '{"block_m":128,"block_n":32,"num_warps":4,"num_stages":4}' \
             '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2}'
+        ;;
+    prefill_desc)
+        # Tensor-descriptor (TMA) loads against the pointer loads, at 16k and 64k against SDPA's
+        # cuDNN backend; then each headline shape's fastest against both SDPA backends.
+        sweep prefill_attention triton_prefill_attention.py desc sdpa-cudnn \
+            b1-q16384-kv16384,b1-q65536-kv65536 \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3}' \
+            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2}' \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":4,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":3,"loads":"descriptor"}' \
+            '{"block_m":64,"block_n":128,"num_warps":4,"num_stages":3,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":32,"num_warps":8,"num_stages":4,"loads":"descriptor"}'
+        for shape in b1-q8192-kv8192 b1-q65536-kv65536; do
+            best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" "$shape") &&
+                bench prefill_attention triton_prefill_attention.py "descbest-$shape" "$best" \
+                    "--peer sdpa-flash --peer sdpa-cudnn" "$shape"
+        done
         ;;
     fp8_gemm)
         # Peers: eager (dequantise, then bf16 F.linear) and scaled-mm (cuBLASLt fp8).

@@ -11,6 +11,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
+from tests.kernels.task_checks import candidate_module
 
 TRITON_PARAMS = {"block_m": 16, "block_n": 16, "num_stages": 1}
 
@@ -99,19 +100,43 @@ def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -
     specs = {
         "triton": (triton_src, TRITON_PARAMS),
         "m32-n16": (triton_src, {"block_m": 32, "block_n": 16, "num_stages": 1}),
+        "descriptor": (triton_src, {**TRITON_PARAMS, "loads": "descriptor"}),
+        "descriptor-n32": (
+            triton_src,
+            {"block_m": 16, "block_n": 32, "num_stages": 1, "loads": "descriptor"},
+        ),
         "torch": (task.folder / "torch_prefill_attention.py", {"chunk": 64}),
         "bug": (bug, TRITON_PARAMS),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("triton", "m32-n16", "torch"):
+    for label in ("triton", "m32-n16", "descriptor", "descriptor-n32", "torch"):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
     assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
 
 
+def test_descriptor_loads_refuse_rows_tma_cannot_address(task) -> None:
+    """TMA needs 16-byte aligned row strides: 2 float32 columns (8 bytes) are refused before
+    any launch, with the way out named."""
+    module = candidate_module(task, "triton_prefill_attention.py")
+    q = torch.zeros(1, 1, 16, 2)
+    with pytest.raises(ValueError, match="loads='pointer'"):
+        module.kernel(q, q, q, block_m=16, block_n=16, loads="descriptor")
+    with pytest.raises(ValueError, match="expected one of"):
+        module.kernel(q, q, q, loads="tma")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, {"block_m": 64, "block_n": 64, "num_warps": 4}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"block_m": 64, "block_n": 64, "num_warps": 4},
+        {"loads": "descriptor"},
+        {"loads": "descriptor", "block_n": 128, "num_stages": 2},
+    ],
+)
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate
 
