@@ -16,9 +16,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 LANGUAGE = "triton"
 PARAMS = {
-    "block_m": [16, 32, 64, 128],
+    "block_m": [16, 32, 64, 128, 256],
     "block_n": [16, 32, 64, 128],
-    "num_warps": [2, 4, 8],
+    "num_warps": [2, 4, 8, 16],
     "num_stages": [1, 2, 3, 4],
     "loads": ["pointer", "descriptor"],
 }

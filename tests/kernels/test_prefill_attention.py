@@ -135,6 +135,7 @@ def test_descriptor_loads_refuse_rows_tma_cannot_address(task) -> None:
         {"block_m": 64, "block_n": 64, "num_warps": 4},
         {"loads": "descriptor"},
         {"loads": "descriptor", "block_n": 128, "num_stages": 2},
+        {"loads": "descriptor", "block_m": 256, "num_warps": 16},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
