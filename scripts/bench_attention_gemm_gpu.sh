@@ -259,16 +259,17 @@ for stage in $STAGES; do
             '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2}'
         ;;
     prefill_desc)
-        # Tensor-descriptor (TMA) loads and 256-row tiles over four warpgroups, swept at 16k
-        # against SDPA's cuDNN backend (session 15 call 1: the 16k ratios ranked the configs as
-        # the 64k ones did); the 16k winner then at 8k and 64k against both SDPA backends.
+        # Tensor-descriptor (TMA) loads, and programs small enough for two (or three) to share
+        # an SM, swept at 16k against SDPA's cuDNN backend (session 15 call 1: the 16k ratios
+        # ranked the configs as the 64k ones did); the winner then at 8k and 64k against both
+        # SDPA backends. Session 15 call 3: 256-row tiles over 16 warps lost (0.67-0.80x).
         sweep prefill_attention triton_prefill_attention.py desc sdpa-cudnn b1-q16384-kv16384 \
-            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3}' \
             '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":3,"loads":"descriptor"}' \
-            '{"block_m":256,"block_n":64,"num_warps":16,"num_stages":3,"loads":"descriptor"}' \
-            '{"block_m":256,"block_n":64,"num_warps":16,"num_stages":2,"loads":"descriptor"}' \
-            '{"block_m":256,"block_n":128,"num_warps":16,"num_stages":2,"loads":"descriptor"}' \
-            '{"block_m":256,"block_n":64,"num_warps":16,"num_stages":3}'
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":2,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":2,"loads":"descriptor","max_registers":128}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":2,"loads":"descriptor"}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3,"loads":"descriptor"}' \
+            '{"block_m":64,"block_n":32,"num_warps":4,"num_stages":3,"loads":"descriptor"}'
         best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" b1-q16384-kv16384) &&
             bench prefill_attention triton_prefill_attention.py descbest "$best" \
                 "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536

@@ -5,7 +5,9 @@ launched heaviest first (the last rows see the most keys), which evens out the t
 Bottom-right aligned mask, so a chunk of queries at the end of a longer cache works the same.
 
 `loads="descriptor"` moves Q, K and V through host-built tensor descriptors (TMA on sm_90: the
-copy engine fetches each tile, no address arithmetic in the threads)."""
+copy engine fetches each tile, no address arithmetic in the threads). `max_registers` caps
+the registers a thread may take (0: Triton's choice): at 128, two 8-warp programs share an SM,
+so one's softmax can run while the other's products do."""
 
 import math
 
@@ -21,6 +23,7 @@ PARAMS = {
     "num_warps": [2, 4, 8, 16],
     "num_stages": [1, 2, 3, 4],
     "loads": ["pointer", "descriptor"],
+    "max_registers": [0, 128],
 }
 LOADS = ("pointer", "descriptor")
 
@@ -132,6 +135,7 @@ def kernel(
     num_warps: int = 8,
     num_stages: int = 3,
     loads: str = "pointer",
+    max_registers: int = 0,
 ):
     b, h, q_len, d = q.shape
     kv_len = k.shape[2]
@@ -154,6 +158,6 @@ def kernel(
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         H=h, D=d, BLOCK_M=block_m, BLOCK_N=block_n, DESC=desc,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, maxnreg=max_registers or None,
     )  # fmt: skip
     return o

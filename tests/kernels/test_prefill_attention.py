@@ -100,7 +100,7 @@ def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -
     specs = {
         "triton": (triton_src, TRITON_PARAMS),
         "m32-n16": (triton_src, {"block_m": 32, "block_n": 16, "num_stages": 1}),
-        "descriptor": (triton_src, {**TRITON_PARAMS, "loads": "descriptor"}),
+        "descriptor": (triton_src, {**TRITON_PARAMS, "loads": "descriptor", "max_registers": 128}),
         "descriptor-n32": (
             triton_src,
             {"block_m": 16, "block_n": 32, "num_stages": 1, "loads": "descriptor"},
@@ -136,6 +136,7 @@ def test_descriptor_loads_refuse_rows_tma_cannot_address(task) -> None:
         {"loads": "descriptor"},
         {"loads": "descriptor", "block_n": 128, "num_stages": 2},
         {"loads": "descriptor", "block_m": 256, "num_warps": 16},
+        {"loads": "descriptor", "num_stages": 2, "max_registers": 128},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
