@@ -244,19 +244,12 @@ for stage in $STAGES; do
         bench_best mla_decode triton_mla_decode.py rows b16-kv4096 b16-kv8192 b1-kv32768
         ;;
     prefill_attention)
-        # Against SDPA pinned to its two fastest backends: eager is SDPA's own pick among them,
-        # and torch.compile compiles that same call (the 64k shape's float64 reference alone
-        # takes seconds, so fewer runners keep the call under its cap).
-        bench prefill_attention triton_prefill_attention.py default \
-            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3}' \
+        # The defaults against SDPA pinned to its two fastest backends: eager is SDPA's own pick
+        # among them, and torch.compile compiles that same call (the 64k shape's float64
+        # reference alone takes seconds, so fewer runners keep the call under its cap). The
+        # configurations are swept in prefill_desc.
+        bench prefill_attention triton_prefill_attention.py default '{}' \
             "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
-        sweep prefill_attention triton_prefill_attention.py sweep sdpa-flash b1-q16384-kv16384 \
-            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":3}' \
-            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":3}' \
-            '{"block_m":128,"block_n":64,"num_warps":4,"num_stages":4}' \
-            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}' \
-            '{"block_m":128,"block_n":32,"num_warps":4,"num_stages":4}' \
-            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":2}'
         ;;
     prefill_desc)
         # Tensor-descriptor (TMA) loads, and programs small enough for two (or three) to share

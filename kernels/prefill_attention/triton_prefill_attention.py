@@ -131,10 +131,10 @@ def kernel(
     k: torch.Tensor,
     v: torch.Tensor,
     block_m: int = 128,
-    block_n: int = 64,
+    block_n: int = 128,
     num_warps: int = 8,
     num_stages: int = 3,
-    loads: str = "pointer",
+    loads: str = "descriptor",
     max_registers: int = 0,
 ):
     b, h, q_len, d = q.shape

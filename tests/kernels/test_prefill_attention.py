@@ -100,6 +100,7 @@ def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -
     specs = {
         "triton": (triton_src, TRITON_PARAMS),
         "m32-n16": (triton_src, {"block_m": 32, "block_n": 16, "num_stages": 1}),
+        "pointer": (triton_src, {**TRITON_PARAMS, "loads": "pointer"}),
         "descriptor": (triton_src, {**TRITON_PARAMS, "loads": "descriptor", "max_registers": 128}),
         "descriptor-n32": (
             triton_src,
@@ -109,7 +110,7 @@ def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -
         "bug": (bug, TRITON_PARAMS),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("triton", "m32-n16", "descriptor", "descriptor-n32", "torch"):
+    for label in ("triton", "m32-n16", "pointer", "descriptor", "descriptor-n32", "torch"):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
@@ -133,10 +134,10 @@ def test_descriptor_loads_refuse_rows_tma_cannot_address(task) -> None:
     [
         {},
         {"block_m": 64, "block_n": 64, "num_warps": 4},
-        {"loads": "descriptor"},
-        {"loads": "descriptor", "block_n": 128, "num_stages": 2},
-        {"loads": "descriptor", "block_m": 256, "num_warps": 16},
-        {"loads": "descriptor", "num_stages": 2, "max_registers": 128},
+        {"loads": "pointer", "block_n": 64},
+        {"block_n": 64, "num_stages": 2},
+        {"block_m": 256, "block_n": 64, "num_warps": 16},
+        {"block_n": 64, "num_stages": 2, "max_registers": 128},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
