@@ -12,15 +12,13 @@ import argparse
 import contextlib
 import io
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.kernels.task_checks import hopper_build  # noqa: E402
+from tests.kernels.task_checks import hopper_build, sm90_resources  # noqa: E402
 from tests.source_files import import_file  # noqa: E402
 
 # (block_h, block_n, num_warps, num_stages)
@@ -31,12 +29,6 @@ CONFIGS = [
 SMEM_PER_SM = 227 * 1024
 INTS = ("H", "kv_len", "tokens_per_split", "n_splits", "stride_qnb", "stride_qnh")
 INTS += ("stride_qpb", "stride_qph", "stride_cb", "stride_cn", "stride_pb", "stride_pn")
-
-
-def _cuobjdump() -> str:
-    import triton
-
-    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
 
 
 def resources(kernel, block_h: int, block_n: int, warps: int, stages: int, rows: bool) -> dict:
@@ -56,21 +48,9 @@ def resources(kernel, block_h: int, block_n: int, warps: int, stages: int, rows:
     except Exception as exc:  # ptxas refusing the build is an answer too
         lines = str(exc).strip().splitlines()
         return row | {"error": next((x for x in lines if "fatal" in x), lines[-1])[:160]}
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        dump = subprocess.run(
-            [_cuobjdump(), "--dump-resource-usage", cubin.name],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-    usage = next(line for line in dump.splitlines() if "REG:" in line)
-    fields = dict(item.split(":", 1) for item in usage.split() if ":" in item)
     ptx = compiled.asm["ptx"]
-    return row | {
-        "registers": int(fields["REG"]), "spill_bytes": int(fields["STACK"]),
-        "shared_bytes": compiled.metadata.shared,
-        "mma": "wgmma" if "wgmma" in ptx else "mma.sync" if "mma.sync" in ptx else "none",
-    }  # fmt: skip
+    mma = "wgmma" if "wgmma" in ptx else "mma.sync" if "mma.sync" in ptx else "none"
+    return row | sm90_resources(compiled) | {"mma": mma}
 
 
 def main(argv: list[str] | None = None) -> int:

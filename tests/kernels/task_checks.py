@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -230,6 +232,28 @@ def hopper_ptx(*args, **kwargs) -> str:
     return hopper_build(*args, **kwargs).asm["ptx"]
 
 
+def sm90_resources(compiled) -> dict:
+    """Registers a thread takes, bytes it spills to local memory, and the shared memory a block
+    takes, of a hopper_build result (cuobjdump of its cubin)."""
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        dump = subprocess.run(
+            [str(cuobjdump), "--dump-resource-usage", cubin.name],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    usage = next(line for line in dump.splitlines() if "REG:" in line)
+    fields = dict(item.split(":", 1) for item in usage.split() if ":" in item)
+    return {
+        "registers": int(fields["REG"]),
+        "spill_bytes": int(fields["STACK"]),
+        "shared_bytes": compiled.metadata.shared,
+    }
+
+
 def hopper_build(
     fn,
     types: dict[str, str],
@@ -237,13 +261,14 @@ def hopper_build(
     num_warps: int,
     num_stages: int = 3,
     multiples_of_16: tuple[str, ...] = (),
+    max_registers: int | None = None,
 ):
     """What Triton builds of the JIT function `fn` for an H100/H200 (sm_90), compiled here with
     no GPU (its `asm` holds the PTX and the cubin). `types` maps each runtime argument to its
     Triton type ("*bf16", "i32", "fp32"); every other argument is one of `constexprs`. Pointers
     are taken as 16-byte aligned, as torch allocates them, and the integers named in
     `multiples_of_16` as multiples of 16, as Triton specialises them at a launch where they are
-    (K = 4096, say)."""
+    (K = 4096, say). `max_registers` caps a thread's registers (Triton's maxnreg)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -259,7 +284,7 @@ def hopper_build(
     return triton.compile(
         source,
         target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": num_warps, "num_stages": num_stages},
+        options={"num_warps": num_warps, "num_stages": num_stages, "maxnreg": max_registers},
     )
 
 

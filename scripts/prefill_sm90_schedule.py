@@ -1,0 +1,124 @@
+"""What Triton builds of the causal prefill attention kernel for Hopper (sm_90), per
+configuration, compiled here without a GPU: registers, spilled bytes, shared memory, and whether
+any exponential of the softmax runs while a wgmma group is in flight.
+
+The last is read from the PTX in program order: between a `wgmma.commit_group` and the next
+`wgmma.wait_group` nothing waits for the tensor cores, so an `ex2` there overlaps the products
+(flash attention 3's intra-warpgroup pipelining). Zero means every Q K^T is waited for before
+its softmax starts, and the softmax and the products take turns.
+
+    uv run python scripts/prefill_sm90_schedule.py [--config JSON ...] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.kernels.task_checks import hopper_build, sm90_resources  # noqa: E402
+from tests.source_files import import_file  # noqa: E402
+
+CANDIDATE = ROOT / "kernels" / "prefill_attention" / "triton_prefill_attention.py"
+# Llama-2-7B-like heads, as the task's GPU shapes.
+HEADS, HEAD_DIM = 32, 128
+DEFAULT_CONFIGS = [
+    {"loads": "pointer", "block_n": 64},
+    {},
+    {"block_n": 64, "num_stages": 2, "max_registers": 128},
+]
+STRIDES = [f"stride_{t}{d}" for t in "qkvo" for d in ("b", "h", "m" if t in "qo" else "n")]
+
+
+def _params(config: dict) -> dict:
+    """The kernel's keyword defaults with `config` over them."""
+    import inspect
+
+    kernel = import_file(CANDIDATE).kernel
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(kernel).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    unknown = set(config) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown parameters {sorted(unknown)}: expected {sorted(defaults)}")
+    return defaults | config
+
+
+def ex2_in_flight(ptx: str) -> tuple[int, int]:
+    """(ex2 instructions while a wgmma group is pending, ex2 instructions), in program order."""
+    pending = False
+    overlapped = total = 0
+    for line in ptx.splitlines():
+        op = line.strip()
+        if op.startswith("wgmma.commit_group"):
+            pending = True
+        elif op.startswith("wgmma.wait_group"):
+            pending = False
+        elif op.startswith("ex2."):
+            total += 1
+            overlapped += pending
+    return overlapped, total
+
+
+def schedule(config: dict) -> dict:
+    """One configuration's sm_90 build: its resources and its exponentials in flight."""
+    p = _params(config)
+    desc = p["loads"] == "descriptor"
+    types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
+    types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
+    constexprs = {"H": HEADS, "D": HEAD_DIM, "BLOCK_M": p["block_m"], "BLOCK_N": p["block_n"]}
+    constexprs["DESC"] = desc
+    for name, rows in (("q", p["block_m"]), ("k", p["block_n"]), ("v", p["block_n"])):
+        if desc:
+            types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{HEAD_DIM}]>"
+        else:
+            constexprs[f"{name}_desc"] = None
+    if desc:
+        types["o_desc"] = f"tensordesc<bf16[1,1,{p['block_m']},{HEAD_DIM}]>"
+    else:
+        constexprs["o_desc"] = None
+    compiled = hopper_build(
+        import_file(CANDIDATE)._attn_fwd,
+        types,
+        constexprs,
+        p["num_warps"],
+        p["num_stages"],
+        multiples_of_16=tuple(STRIDES),
+        max_registers=p["max_registers"] or None,
+    )
+    overlapped, total = ex2_in_flight(compiled.asm["ptx"])
+    return {"config": config, "params": p, **sm90_resources(compiled)} | {
+        "ex2_in_flight": overlapped,
+        "ex2": total,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--config", action="append", type=json.loads, help="kernel parameters as JSON [3 built in]"
+    )
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    rows = [schedule(c) for c in args.config or DEFAULT_CONFIGS]
+    print("loads      block_m block_n warps stages maxreg  regs spilled  shared  ex2 in flight")
+    for r in rows:
+        p = r["params"]
+        print(
+            f"{p['loads']:<10} {p['block_m']:>7} {p['block_n']:>7} {p['num_warps']:>5}"
+            f" {p['num_stages']:>6} {p['max_registers']:>6} {r['registers']:>5}"
+            f" {r['spill_bytes']:>7} {r['shared_bytes']:>7}  {r['ex2_in_flight']} of {r['ex2']}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
