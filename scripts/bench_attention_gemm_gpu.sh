@@ -252,20 +252,19 @@ for stage in $STAGES; do
             "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
         ;;
     prefill_desc)
-        # The defaults (descriptor loads, 128x128 tiles, 3 stages) against lag_pv (each tile's
-        # P V issued after the next tile's Q K^T, so the softmax runs while it does), swept at
-        # 16k against SDPA's cuDNN backend (session 15 call 1: the 16k ratios ranked the
-        # configs as the 64k ones did); the winner then at 8k and 64k against both SDPA
-        # backends. Session 15 calls 3-4: 256-row tiles over 16 warps (0.67-0.80x), two 8-warp
-        # programs an SM at max_registers 128 (0.881x) and 64-row programs (0.71-0.85x) did
-        # not beat the defaults (0.883x).
+        # Tensor-descriptor (TMA) loads, and programs small enough for two (or three) to share
+        # an SM, swept at 16k against SDPA's cuDNN backend (session 15 call 1: the 16k ratios
+        # ranked the configs as the 64k ones did); the winner then at 8k and 64k against both
+        # SDPA backends. Session 15: 256-row tiles over 16 warps lost (0.67-0.80x, call 3);
+        # lag_pv, each tile's P V issued after the next tile's Q K^T so that the softmax
+        # overlaps it (commit 4b1e15d, dropped), lost too (0.68-0.80x against 0.875x, call 7).
         sweep prefill_attention triton_prefill_attention.py desc sdpa-cudnn b1-q16384-kv16384 \
-            '{}' \
-            '{"lag_pv":true,"num_stages":2}' \
-            '{"lag_pv":true,"block_n":64,"num_stages":3}' \
-            '{"lag_pv":true,"block_n":64,"num_stages":4}' \
-            '{"lag_pv":true,"block_m":64,"block_n":64,"num_warps":4,"num_stages":2}' \
-            '{"lag_pv":true,"block_n":64,"num_stages":3,"loads":"pointer"}'
+            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":3,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":2,"loads":"descriptor"}' \
+            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":2,"loads":"descriptor","max_registers":128}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":2,"loads":"descriptor"}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3,"loads":"descriptor"}' \
+            '{"block_m":64,"block_n":32,"num_warps":4,"num_stages":3,"loads":"descriptor"}'
         best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" b1-q16384-kv16384) &&
             bench prefill_attention triton_prefill_attention.py descbest "$best" \
                 "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536

@@ -73,7 +73,7 @@ def schedule(config: dict) -> dict:
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
     constexprs = {"H": HEADS, "D": HEAD_DIM, "BLOCK_M": p["block_m"], "BLOCK_N": p["block_n"]}
-    constexprs |= {"DESC": desc, "LAG_PV": p["lag_pv"]}
+    constexprs["DESC"] = desc
     for name, rows in (("q", p["block_m"]), ("k", p["block_n"]), ("v", p["block_n"])):
         if desc:
             types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{HEAD_DIM}]>"

@@ -24,7 +24,6 @@ PARAMS = {
     "num_stages": [1, 2, 3, 4],
     "loads": ["pointer", "descriptor"],
     "max_registers": [0, 128],
-    "lag_pv": [False, True],
 }
 LOADS = ("pointer", "descriptor")
 
@@ -48,10 +47,13 @@ def _load_rows(ptr, desc, b, h, stride_n, r0, length, BLOCK: tl.constexpr, D: tl
 
 
 @triton.jit
-def _softmax(qk, m_i, l_i, rm, n0, offset, kv_len, scale_log2, BLOCK_N: tl.constexpr,
-             MASK: tl.constexpr):  # fmt: skip
-    """One tile's online-softmax step: its probabilities (relative to the new row maxima), the
-    factor that rescales what was summed before, and the new sums and maxima."""
+def _tile(
+    acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, h, stride_kn, stride_vn, rm, n0, offset,
+    kv_len, scale_log2,
+    D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, DESC: tl.constexpr,
+):  # fmt: skip
+    k = _load_rows(k_base, k_desc, b, h, stride_kn, n0, kv_len, BLOCK_N, D, DESC, MASK)
+    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
     if MASK:
         rn = n0 + tl.arange(0, BLOCK_N)
         visible = (rn[None, :] <= rm[:, None] + offset) & (rn[None, :] < kv_len)
@@ -63,21 +65,10 @@ def _softmax(qk, m_i, l_i, rm, n0, offset, kv_len, scale_log2, BLOCK_N: tl.const
         m_new = tl.maximum(m_i, tl.max(qk, axis=1) * scale_log2)
         p = tl.exp2(qk * scale_log2 - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
-    return p, alpha, l_i * alpha + tl.sum(p, axis=1), m_new
-
-
-@triton.jit
-def _tile(
-    acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, h, stride_kn, stride_vn, rm, n0, offset,
-    kv_len, scale_log2,
-    D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, DESC: tl.constexpr,
-):  # fmt: skip
-    k = _load_rows(k_base, k_desc, b, h, stride_kn, n0, kv_len, BLOCK_N, D, DESC, MASK)
-    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-    p, alpha, l_i, m_i = _softmax(qk, m_i, l_i, rm, n0, offset, kv_len, scale_log2, BLOCK_N, MASK)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
     v = _load_rows(v_base, v_desc, b, h, stride_vn, n0, kv_len, BLOCK_N, D, DESC, MASK)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-    return acc, l_i, m_i
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -86,7 +77,7 @@ def _attn_fwd(
     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
     H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    DESC: tl.constexpr, LAG_PV: tl.constexpr,
+    DESC: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -107,36 +98,11 @@ def _attn_fwd(
     # Tiles every row of the block sees in full, then the tiles crossing the diagonal.
     full_end = (offset + m0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(offset + m0 + BLOCK_M, kv_len)
-    if LAG_PV:
-        # Each tile's P V is issued after the next tile's Q K^T and before its softmax, which
-        # then runs while the tensor cores work on the P V (Triton waits for a Q K^T at once,
-        # but lets a P V run until the accumulator is needed).
-        if full_end > 0:
-            k = _load_rows(k_base, k_desc, b, h, stride_kn, 0, kv_len, BLOCK_N, D, DESC, False)
-            qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-            p, alpha, l_i, m_i = _softmax(
-                qk, m_i, l_i, rm, 0, offset, kv_len, scale_log2, BLOCK_N, False
-            )
-            for n0 in range(BLOCK_N, full_end, BLOCK_N):
-                k = _load_rows(k_base, k_desc, b, h, stride_kn, n0, kv_len, BLOCK_N, D, DESC, False)
-                qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-                v = _load_rows(
-                    v_base, v_desc, b, h, stride_vn, n0 - BLOCK_N, kv_len, BLOCK_N, D, DESC, False
-                )
-                acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-                p, alpha, l_i, m_i = _softmax(
-                    qk, m_i, l_i, rm, n0, offset, kv_len, scale_log2, BLOCK_N, False
-                )
-            v = _load_rows(
-                v_base, v_desc, b, h, stride_vn, full_end - BLOCK_N, kv_len, BLOCK_N, D, DESC, False
-            )
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-    else:
-        for n0 in range(0, full_end, BLOCK_N):
-            acc, l_i, m_i = _tile(
-                acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, h, stride_kn, stride_vn, rm,
-                n0, offset, kv_len, scale_log2, D, BLOCK_N, False, DESC,
-            )  # fmt: skip
+    for n0 in range(0, full_end, BLOCK_N):
+        acc, l_i, m_i = _tile(
+            acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, h, stride_kn, stride_vn, rm, n0,
+            offset, kv_len, scale_log2, D, BLOCK_N, False, DESC,
+        )  # fmt: skip
     for n0 in range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _tile(
             acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, h, stride_kn, stride_vn, rm, n0,
@@ -170,7 +136,6 @@ def kernel(
     num_stages: int = 3,
     loads: str = "descriptor",
     max_registers: int = 0,
-    lag_pv: bool = False,
 ):
     b, h, q_len, d = q.shape
     kv_len = k.shape[2]
@@ -192,7 +157,7 @@ def kernel(
         q, k, v, o, *descs, q_len, kv_len, LOG2E / math.sqrt(d),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-        H=h, D=d, BLOCK_M=block_m, BLOCK_N=block_n, DESC=desc, LAG_PV=lag_pv,
+        H=h, D=d, BLOCK_M=block_m, BLOCK_N=block_n, DESC=desc,
         num_warps=num_warps, num_stages=num_stages, maxnreg=max_registers or None,
     )  # fmt: skip
     return o
