@@ -265,7 +265,8 @@ for stage in $STAGES; do
             '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":2,"loads":"descriptor"}' \
             '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3,"loads":"descriptor"}' \
             '{"block_m":64,"block_n":32,"num_warps":4,"num_stages":3,"loads":"descriptor"}'
-        best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" b1-q16384-kv16384) &&
+        [ -z "${NO_SWEEP:-}" ] &&
+            best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" b1-q16384-kv16384) &&
             bench prefill_attention triton_prefill_attention.py descbest "$best" \
                 "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
         ;;

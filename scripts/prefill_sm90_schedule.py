@@ -2,10 +2,12 @@
 configuration, compiled here without a GPU: registers, spilled bytes, shared memory, and whether
 any exponential of the softmax runs while a wgmma group is in flight.
 
-The last is read from the PTX in program order: between a `wgmma.commit_group` and the next
-`wgmma.wait_group` nothing waits for the tensor cores, so an `ex2` there overlaps the products
-(flash attention 3's intra-warpgroup pipelining). Zero means every Q K^T is waited for before
-its softmax starts, and the softmax and the products take turns.
+The last is read from the PTX in program order, counting the wgmma groups in flight: a
+`wgmma.commit_group` adds one, a `wgmma.wait_group N` leaves at most N, and an `ex2` issued
+while any is in flight overlaps the products (flash attention 3's intra-warpgroup pipelining).
+Zero means every product is waited for before the next exponential, and the softmax and the
+products take turns. Program order does not follow a loop's back edge: a group committed at
+the bottom of a loop body and still in flight at its top is not counted there.
 
     uv run python scripts/prefill_sm90_schedule.py [--config JSON ...] [--json OUT]
 """
@@ -13,6 +15,7 @@ its softmax starts, and the softmax and the products take turns.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -34,14 +37,11 @@ DEFAULT_CONFIGS = [
 STRIDES = [f"stride_{t}{d}" for t in "qkvo" for d in ("b", "h", "m" if t in "qo" else "n")]
 
 
-def _params(config: dict) -> dict:
-    """The kernel's keyword defaults with `config` over them."""
-    import inspect
-
-    kernel = import_file(CANDIDATE).kernel
+def _params(module, config: dict) -> dict:
+    """The candidate `module`'s keyword defaults with `config` over them."""
     defaults = {
         name: p.default
-        for name, p in inspect.signature(kernel).parameters.items()
+        for name, p in inspect.signature(module.kernel).parameters.items()
         if p.default is not inspect.Parameter.empty
     }
     unknown = set(config) - set(defaults)
@@ -51,24 +51,29 @@ def _params(config: dict) -> dict:
 
 
 def ex2_in_flight(ptx: str) -> tuple[int, int]:
-    """(ex2 instructions while a wgmma group is pending, ex2 instructions), in program order."""
-    pending = False
-    overlapped = total = 0
+    """(ex2 instructions while a wgmma group is in flight, ex2 instructions), in program
+    order."""
+    in_flight = overlapped = total = 0
     for line in ptx.splitlines():
-        op = line.strip()
-        if op.startswith("wgmma.commit_group"):
-            pending = True
-        elif op.startswith("wgmma.wait_group"):
-            pending = False
-        elif op.startswith("ex2."):
+        op = line.strip().rstrip(";").split()
+        if not op:
+            continue
+        if op[0].startswith("wgmma.commit_group"):
+            in_flight += 1
+        elif op[0].startswith("wgmma.wait_group"):
+            in_flight = min(in_flight, int(op[-1]))
+        elif op[0].startswith("ex2."):
             total += 1
-            overlapped += pending
+            overlapped += in_flight > 0
     return overlapped, total
 
 
 def schedule(config: dict) -> dict:
-    """One configuration's sm_90 build: its resources and its exponentials in flight."""
-    p = _params(config)
+    """One configuration's sm_90 build (q_len and kv_len multiples of 16, as Triton
+    specialises them at the task's GPU shapes): its resources and its exponentials in
+    flight."""
+    module = import_file(CANDIDATE)
+    p = _params(module, config)
     desc = p["loads"] == "descriptor"
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
@@ -84,12 +89,12 @@ def schedule(config: dict) -> dict:
     else:
         constexprs["o_desc"] = None
     compiled = hopper_build(
-        import_file(CANDIDATE)._attn_fwd,
+        module._attn_fwd,
         types,
         constexprs,
         p["num_warps"],
         p["num_stages"],
-        multiples_of_16=tuple(STRIDES),
+        multiples_of_16=("q_len", "kv_len", *STRIDES),
         max_registers=p["max_registers"] or None,
     )
     overlapped, total = ex2_in_flight(compiled.asm["ptx"])

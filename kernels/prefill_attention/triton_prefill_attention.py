@@ -4,10 +4,13 @@ rows of one head, streams the visible keys in block_n tiles with an online softm
 launched heaviest first (the last rows see the most keys), which evens out the tail of the grid.
 Bottom-right aligned mask, so a chunk of queries at the end of a longer cache works the same.
 
-`loads="descriptor"` moves Q, K and V through host-built tensor descriptors (TMA on sm_90: the
-copy engine fetches each tile, no address arithmetic in the threads). `max_registers` caps
-the registers a thread may take (0: Triton's choice): at 128, two 8-warp programs share an SM,
-so one's softmax can run while the other's products do."""
+`loads="descriptor"` (the default) moves Q, K, V and O through host-built tensor descriptors
+(TMA on sm_90: the copy engine fetches each tile, no address arithmetic in the threads);
+`loads="pointer"` also takes layouts TMA cannot address. `max_registers` caps the registers a
+thread may take (0: Triton's choice): at 128, two 8-warp programs whose shared memory fits
+twice (128x64 tiles at 2 stages, 98 KB) share an SM, so one's softmax can run while the other's
+products do. 256-row tiles over 16 warps stay in the search space though they lost at 16k on
+the H200 (docs/benchmarks/2026-11-30-h200-session15.md)."""
 
 import math
 
@@ -25,7 +28,7 @@ PARAMS = {
     "loads": ["pointer", "descriptor"],
     "max_registers": [0, 128],
 }
-LOADS = ("pointer", "descriptor")
+LOADS = tuple(PARAMS["loads"])
 
 LOG2E = 1.4426950408889634
 
@@ -34,7 +37,7 @@ LOG2E = 1.4426950408889634
 def _load_rows(ptr, desc, b, h, stride_n, r0, length, BLOCK: tl.constexpr, D: tl.constexpr,
                DESC: tl.constexpr, MASK: tl.constexpr):  # fmt: skip
     if DESC:
-        # Rows past `length` come back as zeros (the descriptor's bounds).
+        # Rows past the tensor's length (the descriptor's shape) come back as zeros.
         return desc.load([b, h, r0, 0]).reshape(BLOCK, D)
     else:
         rn = r0 + tl.arange(0, BLOCK)
@@ -86,8 +89,6 @@ def _attn_fwd(
     offset = kv_len - q_len
     m0 = pid_m * BLOCK_M
     rm = m0 + tl.arange(0, BLOCK_M)
-    rd = tl.arange(0, D)
-    row_ok = rm < q_len
     q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
@@ -113,15 +114,27 @@ def _attn_fwd(
         o_desc.store([b, h, m0, 0], out.reshape(1, 1, BLOCK_M, D))
     else:
         o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
-        tl.store(o_base + rm[:, None] * stride_om + rd[None, :], out, mask=row_ok[:, None])
+        rd = tl.arange(0, D)
+        tl.store(o_base + rm[:, None] * stride_om + rd[None, :], out, mask=(rm < q_len)[:, None])
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A (batch, heads, length, head_dim) descriptor whose tiles are `rows` x head_dim."""
+    """A (batch, heads, length, head_dim) descriptor whose tiles are `rows` x head_dim; a
+    ValueError naming what TMA cannot address (16-byte aligned base, strides and rows; at most
+    256 columns a tile)."""
     size = t.element_size()
-    if t.data_ptr() % 16 or any(s * size % 16 for s in t.stride()[:3]):
+    problems = [f"base address {t.data_ptr():#x}"] if t.data_ptr() % 16 else []
+    problems += [
+        f"{dim} stride {stride * size} bytes"
+        for dim, stride in zip(("batch", "head", "row"), t.stride()[:3], strict=True)
+        if stride * size % 16
+    ]
+    if t.shape[3] * size % 16 or t.shape[3] > 256:
+        problems.append(f"head_dim {t.shape[3]} ({t.shape[3] * size} bytes a row)")
+    if problems:
         raise ValueError(
-            "loads='descriptor' needs 16-byte aligned rows and base; use loads='pointer'"
+            f"loads='descriptor' needs 16-byte aligned rows, strides and base and at most 256 "
+            f"columns: {', '.join(problems)}; use loads='pointer'"
         )
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, t.shape[3]])
 
@@ -136,7 +149,8 @@ def kernel(
     num_stages: int = 3,
     loads: str = "descriptor",
     max_registers: int = 0,
-):
+) -> torch.Tensor:
+    """Causal attention of q over k and v (bottom-right aligned), in q's dtype."""
     b, h, q_len, d = q.shape
     kv_len = k.shape[2]
     if q.stride(3) != 1 or k.stride(3) != 1 or v.stride(3) != 1:
@@ -146,6 +160,8 @@ def kernel(
     if loads not in LOADS:
         raise ValueError(f"loads={loads!r}: expected one of {LOADS}")
     o = torch.empty((b, h, q_len, d), device=q.device, dtype=q.dtype)
+    if o.numel() == 0:
+        return o  # no descriptor has an empty dimension
     desc = loads == "descriptor"
     descs = (
         [_descriptor(t, r) for t, r in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]

@@ -232,9 +232,10 @@ def hopper_ptx(*args, **kwargs) -> str:
     return hopper_build(*args, **kwargs).asm["ptx"]
 
 
-def sm90_resources(compiled) -> dict:
-    """Registers a thread takes, bytes it spills to local memory, and the shared memory a block
-    takes, of a hopper_build result (cuobjdump of its cubin)."""
+def sm90_resources(compiled) -> dict[str, int]:
+    """Registers a thread takes, its stack frame in bytes (where spilled registers go:
+    `spill_bytes`), and the shared memory a block takes, of a hopper_build result (cuobjdump of
+    its cubin)."""
     import triton
 
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

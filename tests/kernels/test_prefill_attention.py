@@ -101,7 +101,14 @@ def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -
         "triton": (triton_src, TRITON_PARAMS),
         "m32-n16": (triton_src, {"block_m": 32, "block_n": 16, "num_stages": 1}),
         "pointer": (triton_src, {**TRITON_PARAMS, "loads": "pointer"}),
-        "descriptor": (triton_src, {**TRITON_PARAMS, "loads": "descriptor", "max_registers": 128}),
+        "pointer-m32-n16": (
+            triton_src,
+            {"block_m": 32, "block_n": 16, "num_stages": 1, "loads": "pointer"},
+        ),
+        "pointer-n32": (
+            triton_src,
+            {"block_m": 16, "block_n": 32, "num_stages": 1, "loads": "pointer"},
+        ),
         "descriptor-n32": (
             triton_src,
             {"block_m": 16, "block_n": 32, "num_stages": 1, "loads": "descriptor"},
@@ -110,22 +117,33 @@ def test_candidates_pass_and_a_missing_causal_mask_is_rejected(task, tmp_path) -
         "bug": (bug, TRITON_PARAMS),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("triton", "m32-n16", "pointer", "descriptor", "descriptor-n32", "torch"):
+    labels = ("triton", "m32-n16", "descriptor-n32", "pointer", "pointer-m32-n16", "pointer-n32")
+    for label in (*labels, "torch"):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
     assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
 
 
-def test_descriptor_loads_refuse_rows_tma_cannot_address(task) -> None:
-    """TMA needs 16-byte aligned row strides: 2 float32 columns (8 bytes) are refused before
-    any launch, with the way out named."""
+def test_descriptor_loads_refuse_layouts_tma_cannot_address(task) -> None:
+    """TMA needs 16-byte aligned rows, strides and base: 2 float32 columns (8-byte rows) and a
+    base 4 bytes off are refused before any launch, naming what is wrong and the way out."""
     module = candidate_module(task, "triton_prefill_attention.py")
-    q = torch.zeros(1, 1, 16, 2)
-    with pytest.raises(ValueError, match="loads='pointer'"):
-        module.kernel(q, q, q, block_m=16, block_n=16, loads="descriptor")
+    narrow = torch.zeros(1, 1, 16, 2)
+    with pytest.raises(ValueError, match=r"row stride 8 bytes.*use loads='pointer'"):
+        module.kernel(narrow, narrow, narrow, block_m=16, block_n=16)
+    shifted = torch.zeros(65)[1:].view(1, 1, 16, 4)
+    with pytest.raises(ValueError, match="base address"):
+        module.kernel(shifted, shifted, shifted, block_m=16, block_n=16)
     with pytest.raises(ValueError, match="expected one of"):
-        module.kernel(q, q, q, loads="tma")
+        module.kernel(narrow, narrow, narrow, loads="tma")
+
+
+def test_no_queries_give_an_empty_output_with_either_loads(task) -> None:
+    module = candidate_module(task, "triton_prefill_attention.py")
+    q, kv = torch.zeros(1, 2, 0, 16), torch.ones(1, 2, 8, 16)
+    for loads in ("descriptor", "pointer"):
+        assert module.kernel(q, kv, kv, loads=loads).shape == (1, 2, 0, 16)
 
 
 @pytest.mark.gpu
