@@ -252,19 +252,22 @@ for stage in $STAGES; do
             "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
         ;;
     prefill_desc)
-        # Tensor-descriptor (TMA) loads, and programs small enough for two (or three) to share
-        # an SM, swept at 16k against SDPA's cuDNN backend (session 15 call 1: the 16k ratios
-        # ranked the configs as the 64k ones did); the winner then at 8k and 64k against both
-        # SDPA backends. Session 15: 256-row tiles over 16 warps lost (0.67-0.80x, call 3);
-        # lag_pv, each tile's P V issued after the next tile's Q K^T so that the softmax
-        # overlaps it (commit 4b1e15d, dropped), lost too (0.68-0.80x against 0.875x, call 7).
+        # The defaults (descriptor loads, 128x128 tiles, 8 warps, 3 stages) against programs of
+        # one warpgroup owning 128 rows, two to an SM (built for sm_90 without a GPU: 128x64 at
+        # 2 stages, 255 registers, 98 KB; 128x32 at 3 stages, 212 registers, 82 KB; each
+        # warpgroup's softmax can then run while the other program's products do), and the
+        # best of session 15's other tries, swept at 16k against SDPA's cuDNN backend (the 16k
+        # ratios ranked the configs as the 64k ones did, call 1); the winner then at 8k and 64k
+        # against both SDPA backends. Session 15: 256-row tiles over 16 warps lost
+        # (0.67-0.80x, call 3); lag_pv, each tile's P V issued after the next tile's Q K^T so
+        # that the softmax overlaps it (commit 4b1e15d, dropped), lost too (0.68-0.80x against
+        # 0.875x, call 7).
         sweep prefill_attention triton_prefill_attention.py desc sdpa-cudnn b1-q16384-kv16384 \
-            '{"block_m":128,"block_n":128,"num_warps":8,"num_stages":3,"loads":"descriptor"}' \
-            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":2,"loads":"descriptor"}' \
-            '{"block_m":128,"block_n":64,"num_warps":8,"num_stages":2,"loads":"descriptor","max_registers":128}' \
-            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":2,"loads":"descriptor"}' \
-            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3,"loads":"descriptor"}' \
-            '{"block_m":64,"block_n":32,"num_warps":4,"num_stages":3,"loads":"descriptor"}'
+            '{}' \
+            '{"num_warps":4,"block_n":64,"num_stages":2}' \
+            '{"num_warps":4,"block_n":32,"num_stages":3}' \
+            '{"block_n":64,"num_stages":2,"max_registers":128}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}'
         [ -z "${NO_SWEEP:-}" ] &&
             best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" b1-q16384-kv16384) &&
             bench prefill_attention triton_prefill_attention.py descbest "$best" \

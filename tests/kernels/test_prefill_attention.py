@@ -156,6 +156,7 @@ def test_no_queries_give_an_empty_output_with_either_loads(task) -> None:
         {"block_n": 64, "num_stages": 2},
         {"block_m": 256, "block_n": 64, "num_warps": 16},
         {"block_n": 64, "num_stages": 2, "max_registers": 128},
+        {"num_warps": 4, "block_n": 64, "num_stages": 2},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
