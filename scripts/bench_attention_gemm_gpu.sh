@@ -253,9 +253,10 @@ for stage in $STAGES; do
         ;;
     prefill_desc)
         # The defaults (descriptor loads, 128x128 tiles, 8 warps, 3 stages) against programs of
-        # one warpgroup owning 128 rows, two to an SM (built for sm_90 without a GPU: 128x64 at
-        # 2 stages, 255 registers, 98 KB; 128x32 at 3 stages, 212 registers, 82 KB; each
-        # warpgroup's softmax can then run while the other program's products do), and the
+        # one warpgroup owning 128 rows, two to an SM (built for sm_90 without a GPU with Triton
+        # 3.6, the device's: 128x64 at 2 stages, 255 registers and 104 bytes spilled, 98 KB;
+        # 128x32 at 3 stages, 230 registers, 82 KB; each warpgroup's softmax can then run while
+        # the other program's products do), and the
         # best of session 15's other tries, swept at 16k against SDPA's cuDNN backend (the 16k
         # ratios ranked the configs as the 64k ones did, call 1); the winner then at 8k and 64k
         # against both SDPA backends. Session 15: 256-row tiles over 16 warps lost
