@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loop.evaluator import validate_params  # noqa: E402
 from tests.kernels.task_checks import hopper_build, sm90_resources  # noqa: E402
 from tests.source_files import import_file  # noqa: E402
 
@@ -38,15 +39,16 @@ STRIDES = [f"stride_{t}{d}" for t in "qkvo" for d in ("b", "h", "m" if t in "qo"
 
 
 def _params(module, config: dict) -> dict:
-    """The candidate `module`'s keyword defaults with `config` over them."""
+    """The candidate `module`'s keyword defaults with `config` over them (a ValueError where
+    `config` is outside its PARAMS, as the evaluator refuses it)."""
+    problems = validate_params(CANDIDATE, config, module.PARAMS)
+    if problems:
+        raise ValueError("; ".join(r.message for r in problems))
     defaults = {
         name: p.default
         for name, p in inspect.signature(module.kernel).parameters.items()
         if p.default is not inspect.Parameter.empty
     }
-    unknown = set(config) - set(defaults)
-    if unknown:
-        raise ValueError(f"unknown parameters {sorted(unknown)}: expected {sorted(defaults)}")
     return defaults | config
 
 
@@ -79,15 +81,12 @@ def schedule(config: dict) -> dict:
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
     constexprs = {"H": HEADS, "D": HEAD_DIM, "BLOCK_M": p["block_m"], "BLOCK_N": p["block_n"]}
     constexprs["DESC"] = desc
-    for name, rows in (("q", p["block_m"]), ("k", p["block_n"]), ("v", p["block_n"])):
+    for name in "qkvo":
+        rows = p["block_m"] if name in "qo" else p["block_n"]
         if desc:
             types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{HEAD_DIM}]>"
         else:
             constexprs[f"{name}_desc"] = None
-    if desc:
-        types["o_desc"] = f"tensordesc<bf16[1,1,{p['block_m']},{HEAD_DIM}]>"
-    else:
-        constexprs["o_desc"] = None
     compiled = hopper_build(
         module._attn_fwd,
         types,
