@@ -6,10 +6,11 @@
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
 #       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_rows] [prefill_attention] [prefill_desc]
-#       [fp8_gemm]
+#       [prefill_gluon] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_rows and
-# prefill_desc (estimated 5-7 minutes on an H200; split across calls if needed).
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_rows,
+# prefill_desc and prefill_gluon (estimated 5-7 minutes on an H200; split across calls if
+# needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.
@@ -272,6 +273,18 @@ for stage in $STAGES; do
         [ -z "${NO_SWEEP:-}" ] &&
             best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-desc.json" b1-q16384-kv16384) &&
             bench prefill_attention triton_prefill_attention.py descbest "$best" \
+                "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
+        ;;
+    prefill_gluon)
+        # The Gluon candidate (flash attention 3's ping-pong: two warpgroups of 64 query rows
+        # take turns at the tensor cores, so one's softmax runs under the other's products; a
+        # loader warp feeds both by TMA). Its configurations that fit shared memory, swept at 16k
+        # against SDPA's cuDNN backend; the winner then at 8k and 64k against both backends.
+        sweep prefill_attention gluon_prefill_attention.py gluon sdpa-cudnn b1-q16384-kv16384 \
+            '{}' '{"num_stages":3}' '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":4}'
+        [ -z "${NO_SWEEP:-}" ] &&
+            best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-gluon.json" b1-q16384-kv16384) &&
+            bench prefill_attention gluon_prefill_attention.py gluonbest "$best" \
                 "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
         ;;
     fp8_gemm)

@@ -1,13 +1,17 @@
-"""What Triton builds of the causal prefill attention kernel for Hopper (sm_90), per
+"""What Triton builds of the causal prefill attention kernels for Hopper (sm_90), per
 configuration, compiled here without a GPU: registers, spilled bytes, shared memory, and whether
 any exponential of the softmax runs while a wgmma group is in flight.
 
-The last is read from the PTX in program order, counting the wgmma groups in flight: a
-`wgmma.commit_group` adds one, a `wgmma.wait_group N` leaves at most N, and an `ex2` issued
-while any is in flight overlaps the products (flash attention 3's intra-warpgroup pipelining).
-Zero means every product is waited for before the next exponential, and the softmax and the
-products take turns. Program order does not follow a loop's back edge: a group committed at
-the bottom of a loop body and still in flight at its top is not counted there.
+The last is read in program order, counting the wgmma groups in flight, twice: in the PTX
+Triton writes (a `wgmma.commit_group` adds one, a `wgmma.wait_group N` leaves at most N) and in
+the machine code ptxas makes of it (an HGMMA marked `gsb0` adds one, a `WARPGROUP.DEPBAR.LE
+gsb0, N` leaves at most N). An exponential issued while any is in flight overlaps the products
+(flash attention 3's intra-warpgroup pipelining). ptxas may wait earlier than the PTX does,
+and then only the machine code's count holds. Program order does not follow a loop's back edge:
+a group committed at the bottom of a loop body and still in flight at its top is not counted.
+
+A configuration is the Triton candidate's parameters, or the Gluon candidate's with
+"candidate": "gluon".
 
     uv run python scripts/prefill_sm90_schedule.py [--config JSON ...] [--json OUT]
 """
@@ -20,28 +24,34 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loop.evaluator import validate_params  # noqa: E402
-from tests.kernels.task_checks import hopper_build, sm90_resources  # noqa: E402
+from tests.kernels.task_checks import hopper_build, sm90_resources, sm90_sass  # noqa: E402
 from tests.source_files import import_file  # noqa: E402
 
-CANDIDATE = ROOT / "kernels" / "prefill_attention" / "triton_prefill_attention.py"
+CANDIDATES = {
+    "triton": ROOT / "kernels" / "prefill_attention" / "triton_prefill_attention.py",
+    "gluon": ROOT / "kernels" / "prefill_attention" / "gluon_prefill_attention.py",
+}
 # Llama-2-7B-like heads, as the task's GPU shapes.
 HEADS, HEAD_DIM = 32, 128
 DEFAULT_CONFIGS = [
     {"loads": "pointer", "block_n": 64},
     {},
     {"block_n": 64, "num_stages": 2, "max_registers": 128},
+    {"candidate": "gluon"},
 ]
 STRIDES = [f"stride_{t}{d}" for t in "qkvo" for d in ("b", "h", "m" if t in "qo" else "n")]
 
 
-def _params(module, config: dict) -> dict:
+def _params(path: Path, module, config: dict) -> dict:
     """The candidate `module`'s keyword defaults with `config` over them (a ValueError where
     `config` is outside its PARAMS, as the evaluator refuses it)."""
-    problems = validate_params(CANDIDATE, config, module.PARAMS)
+    problems = validate_params(path, config, module.PARAMS)
     if problems:
         raise ValueError("; ".join(r.message for r in problems))
     defaults = {
@@ -52,30 +62,52 @@ def _params(module, config: dict) -> dict:
     return defaults | config
 
 
-def ex2_in_flight(ptx: str) -> tuple[int, int]:
-    """(ex2 instructions while a wgmma group is in flight, ex2 instructions), in program
-    order."""
+def _count(lines, commit, wait, ex2) -> tuple[int, int]:
+    """(exponentials while a wgmma group is in flight, exponentials) over `lines` in program
+    order; `wait(line)` is the groups a wait leaves in flight, None where the line is no wait."""
     in_flight = overlapped = total = 0
-    for line in ptx.splitlines():
-        op = line.strip().rstrip(";").split()
-        if not op:
-            continue
-        if op[0].startswith("wgmma.commit_group"):
+    for line in lines:
+        left = wait(line)
+        if commit(line):
             in_flight += 1
-        elif op[0].startswith("wgmma.wait_group"):
-            in_flight = min(in_flight, int(op[-1]))
-        elif op[0].startswith("ex2."):
+        elif left is not None:
+            in_flight = min(in_flight, left)
+        elif ex2(line):
             total += 1
             overlapped += in_flight > 0
     return overlapped, total
 
 
-def schedule(config: dict) -> dict:
-    """One configuration's sm_90 build (q_len and kv_len multiples of 16, as Triton
-    specialises them at the task's GPU shapes): its resources and its exponentials in
-    flight."""
-    module = import_file(CANDIDATE)
-    p = _params(module, config)
+def ex2_in_flight(ptx: str) -> tuple[int, int]:
+    """The count in Triton's PTX."""
+    ops = [line.strip().rstrip(";").split() or [""] for line in ptx.splitlines()]
+    return _count(
+        ops,
+        commit=lambda op: op[0].startswith("wgmma.commit_group"),
+        wait=lambda op: int(op[-1]) if op[0].startswith("wgmma.wait_group") else None,
+        ex2=lambda op: op[0].startswith("ex2."),
+    )
+
+
+def ex2_in_flight_sass(sass: str) -> tuple[int, int]:
+    """The count in ptxas's machine code."""
+    lines = [line.split("/*")[1].split("*/", 1)[1] if "*/" in line else line for line in sass.splitlines()]  # fmt: skip
+    return _count(
+        lines,
+        commit=lambda line: "HGMMA" in line and "gsb0" in line,
+        wait=lambda line: (
+            int(line.split("gsb0,")[1].split(";")[0], 16)
+            if "WARPGROUP.DEPBAR.LE gsb0," in line
+            else None
+        ),
+        ex2=lambda line: "MUFU.EX2" in line,
+    )
+
+
+def _triton_build(p: dict):
+    """The Triton candidate's kernel at parameters `p` (q_len and kv_len multiples of 16, as
+    Triton specialises them at the task's GPU shapes)."""
+    module = import_file(CANDIDATES["triton"])
     desc = p["loads"] == "descriptor"
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
@@ -87,7 +119,7 @@ def schedule(config: dict) -> dict:
             types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{HEAD_DIM}]>"
         else:
             constexprs[f"{name}_desc"] = None
-    compiled = hopper_build(
+    return hopper_build(
         module._attn_fwd,
         types,
         constexprs,
@@ -96,28 +128,66 @@ def schedule(config: dict) -> dict:
         multiples_of_16=("q_len", "kv_len", *STRIDES),
         max_registers=p["max_registers"] or None,
     )
+
+
+def gluon_build(p: dict, head_dim: int = HEAD_DIM):
+    """The Gluon candidate's kernel at parameters `p`: its descriptors' types are those of the
+    candidate's own host descriptors (of a bf16 tensor here on the CPU)."""
+    from triton.runtime.jit import mangle_type
+
+    module = import_file(CANDIDATES["gluon"])
+    t = torch.zeros(1, 1, 1024, head_dim, dtype=torch.bfloat16)
+    rows = {"q_desc": module.BLOCK_M, "k_desc": p["block_n"], "v_desc": p["block_n"]}
+    types = {name: mangle_type(module._descriptor(t, r)) for name, r in rows.items()}
+    types |= {"o_ptr": "*bf16", "q_len": "i32", "kv_len": "i32", "scale_log2": "fp32"}
+    constexprs = {"BLOCK_N": p["block_n"], "D": head_dim, "STAGES": p["num_stages"]}
+    return hopper_build(
+        module._attn_fwd, types, constexprs, num_warps=4, multiples_of_16=("q_len", "kv_len")
+    )
+
+
+def schedule(config: dict) -> dict:
+    """One configuration's sm_90 build: its resources and its exponentials in flight."""
+    config = dict(config)
+    kind = config.pop("candidate", "triton")
+    module = import_file(CANDIDATES[kind])
+    p = _params(CANDIDATES[kind], module, config)
+    compiled = _triton_build(p) if kind == "triton" else gluon_build(p)
     overlapped, total = ex2_in_flight(compiled.asm["ptx"])
-    return {"config": config, "params": p, **sm90_resources(compiled)} | {
+    machine, _ = ex2_in_flight_sass(sm90_sass(compiled))
+    return {"candidate": kind, "config": config, "params": p, **sm90_resources(compiled)} | {
         "ex2_in_flight": overlapped,
+        "ex2_in_flight_sass": machine,
         "ex2": total,
     }
+
+
+def _describe(r: dict) -> str:
+    p = r["params"]
+    if r["candidate"] == "gluon":
+        return f"gluon      {128:>7} {p['block_n']:>7} {'4+4+1':>5} {p['num_stages']:>6} {'-':>6}"
+    return (
+        f"{p['loads']:<10} {p['block_m']:>7} {p['block_n']:>7} {p['num_warps']:>5}"
+        f" {p['num_stages']:>6} {p['max_registers']:>6}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--config", action="append", type=json.loads, help="kernel parameters as JSON [3 built in]"
+        "--config", action="append", type=json.loads, help="kernel parameters as JSON [4 built in]"
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     rows = [schedule(c) for c in args.config or DEFAULT_CONFIGS]
-    print("loads      block_m block_n warps stages maxreg  regs spilled  shared  ex2 in flight")
+    print(
+        "loads      block_m block_n warps stages maxreg  regs spilled  shared"
+        "  ex2 in flight (PTX, SASS)"
+    )
     for r in rows:
-        p = r["params"]
         print(
-            f"{p['loads']:<10} {p['block_m']:>7} {p['block_n']:>7} {p['num_warps']:>5}"
-            f" {p['num_stages']:>6} {p['max_registers']:>6} {r['registers']:>5}"
-            f" {r['spill_bytes']:>7} {r['shared_bytes']:>7}  {r['ex2_in_flight']} of {r['ex2']}"
+            f"{_describe(r)} {r['registers']:>5} {r['spill_bytes']:>7} {r['shared_bytes']:>7}"
+            f"  {r['ex2_in_flight']}, {r['ex2_in_flight_sass']} of {r['ex2']}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -189,7 +189,11 @@ if _flash_attn_peer() is not None:
 PEER_DEVICES = {"sdpa-cudnn": ["cuda"], "flash-attn": ["cuda"]}
 
 CANDIDATES = {
-    "cuda": ["triton_prefill_attention.py", "torch_prefill_attention.py"],
+    "cuda": [
+        "triton_prefill_attention.py",
+        "gluon_prefill_attention.py",
+        "torch_prefill_attention.py",
+    ],
     "cpu": ["torch_prefill_attention.py"],
 }
 

@@ -232,20 +232,24 @@ def hopper_ptx(*args, **kwargs) -> str:
     return hopper_build(*args, **kwargs).asm["ptx"]
 
 
-def sm90_resources(compiled) -> dict[str, int]:
-    """Registers a thread takes, its stack frame in bytes (where spilled registers go:
-    `spill_bytes`), and the shared memory a block takes, of a hopper_build result (cuobjdump of
-    its cubin)."""
+def _cuobjdump(compiled, flag: str) -> str:
+    """cuobjdump's `flag` report of a hopper_build result's cubin."""
     import triton
 
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
-        dump = subprocess.run(
-            [str(cuobjdump), "--dump-resource-usage", cubin.name],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        return subprocess.run(
+            [str(cuobjdump), flag, cubin.name], capture_output=True, text=True, check=True
+        ).stdout
+
+
+def sm90_resources(compiled) -> dict[str, int]:
+    """Registers a thread takes, its stack frame in bytes (where spilled registers go:
+    `spill_bytes`), and the shared memory a block takes, of a hopper_build result (cuobjdump of
+    its cubin)."""
+    dump = _cuobjdump(compiled, "--dump-resource-usage")
     usage = next(line for line in dump.splitlines() if "REG:" in line)
     fields = dict(item.split(":", 1) for item in usage.split() if ":" in item)
     return {
@@ -253,6 +257,11 @@ def sm90_resources(compiled) -> dict[str, int]:
         "spill_bytes": int(fields["STACK"]),
         "shared_bytes": compiled.metadata.shared,
     }
+
+
+def sm90_sass(compiled) -> str:
+    """The machine code (SASS) ptxas made of a hopper_build result: where it put its waits."""
+    return _cuobjdump(compiled, "-sass")
 
 
 def hopper_build(
@@ -264,15 +273,17 @@ def hopper_build(
     multiples_of_16: tuple[str, ...] = (),
     max_registers: int | None = None,
 ):
-    """What Triton builds of the JIT function `fn` for an H100/H200 (sm_90), compiled here with
-    no GPU (its `asm` holds the PTX and the cubin). `types` maps each runtime argument to its
-    Triton type ("*bf16", "i32", "fp32"); every other argument is one of `constexprs`. Pointers
+    """What Triton builds of the JIT function `fn` (Triton or Gluon) for an H100/H200 (sm_90),
+    compiled here with no GPU (its `asm` holds the PTX and the cubin). `types` maps each runtime
+    argument to its Triton type ("*bf16", "i32", "fp32"); every other argument is one of
+    `constexprs`. Pointers
     are taken as 16-byte aligned, as torch allocates them, and the integers named in
     `multiples_of_16` as multiples of 16, as Triton specialises them at a launch where they are
     (K = 4096, say). `max_registers` caps a thread's registers (Triton's maxnreg)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
     names = fn.arg_names
     signature = {name: types.get(name, "constexpr") for name in names}
@@ -281,7 +292,8 @@ def hopper_build(
         for i, name in enumerate(names)
         if signature[name].startswith("*") or name in multiples_of_16
     }
-    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
+    source_type = GluonASTSource if fn.is_gluon() else ASTSource
+    source = source_type(fn=fn, signature=signature, constexprs=constexprs, attrs=aligned)
     return triton.compile(
         source,
         target=GPUTarget("cuda", 90, 32),

@@ -140,6 +140,49 @@ def test_no_queries_give_an_empty_output_with_either_loads(task) -> None:
         assert module.kernel(q, kv, kv, loads=loads).shape == (1, 2, 0, 16)
 
 
+def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """Its kernel takes whole 128-row tiles of contiguous bf16/fp16 heads of 64 or 128 on sm_90;
+    anything else is refused before any launch, pointing to the Triton candidate."""
+    module = candidate_module(task, "gluon_prefill_attention.py")
+
+    def bf16(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.bfloat16)
+
+    q = bf16(1, 2, 128, 128)
+    cases = [
+        ((q.float(), q.float(), q.float()), "bf16 or fp16"),
+        ((q.transpose(2, 3), q, q), "contiguous"),
+        ((q, bf16(1, 2, 128, 64), q), "do not match"),
+        ((bf16(1, 2, 128, 96),) * 3, "head_dim 96"),
+        ((bf16(1, 2, 64, 128), q, q), "multiples of 128"),
+        ((q, q, q), "sm_90 GPU"),  # here on the CPU
+    ]
+    for inputs, why in cases:
+        with pytest.raises(ValueError, match=f"{why}.*triton_prefill_attention.py"):
+            module.kernel(*inputs)
+    with pytest.raises(ValueError, match="q_len 256 > kv_len 128"):
+        module.kernel(bf16(1, 2, 256, 128), q, q)
+    with pytest.raises(ValueError, match="multiples of 128, 64"):
+        module.kernel(q, bf16(1, 2, 160, 128), bf16(1, 2, 160, 128), block_n=64)
+
+
+def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
+    assert "gluon_prefill_attention.py" in task.candidates["cuda"]
+    assert "gluon_prefill_attention.py" not in task.candidates["cpu"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}])
+def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
+    from loop.evaluator import CandidateSpec, evaluate
+
+    spec = CandidateSpec(task.folder / "gluon_prefill_attention.py", params)
+    ev = evaluate(
+        task, [spec], "cuda", shapes=["b8-q1024-kv1024", "b1-q8192-kv8192", "b1-q8192-kv131072"]
+    )
+    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "params",

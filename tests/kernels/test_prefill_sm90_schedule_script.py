@@ -1,8 +1,9 @@
-"""scripts/prefill_sm90_schedule.py: the prefill kernel's sm_90 builds and whether its softmax
-overlaps its products, without a GPU."""
+"""scripts/prefill_sm90_schedule.py: the prefill kernels' sm_90 builds and whether their softmax
+overlaps their products, in Triton's PTX and in ptxas's machine code, without a GPU."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,23 @@ def test_only_exponentials_while_a_group_is_in_flight_count(script) -> None:
     assert script.ex2_in_flight(ptx) == (2, 4)
 
 
+def test_the_machine_code_count_follows_ptxas_waits(script) -> None:
+    sass = "\n".join(
+        [
+            "        /*0010*/                   MUFU.EX2 R1, R2 ;   /* 0x0 */",
+            "        /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ ;",
+            "        /*0030*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;",
+            "        /*0040*/                   MUFU.EX2 R3, R4 ;",  # overlaps that group
+            "        /*0050*/                   HGMMA.64x128x16.F32.BF16 R88, R8, gdesc[UR12], R88, gsb0 ;",
+            "        /*0060*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;",
+            "        /*0070*/                   MUFU.EX2 R5, R6 ;",  # one group still in flight
+            "        /*0080*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;",
+            "        /*0090*/                   MUFU.EX2 R7, R8 ;",
+        ]
+    )
+    assert script.ex2_in_flight_sass(sass) == (2, 4)
+
+
 def test_a_build_reports_its_resources_and_its_exponentials(script) -> None:
     pytest.importorskip("triton")
     row = script.schedule({"block_n": 64, "num_stages": 2, "max_registers": 128})
@@ -41,6 +59,25 @@ def test_a_build_reports_its_resources_and_its_exponentials(script) -> None:
     assert 0 < row["registers"] <= 128
     assert row["spill_bytes"] >= 0 and row["shared_bytes"] > 0
     assert 0 <= row["ex2_in_flight"] <= row["ex2"] and row["ex2"] > 0
+    assert 0 <= row["ex2_in_flight_sass"] <= row["ex2"]
+
+
+@pytest.mark.parametrize("config", [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}])
+def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(script, config) -> None:
+    """Every shipped configuration that fits an SM's shared memory builds with no spill; its
+    warps are split into partitions with their own register budgets (setmaxnreg), and each
+    warpgroup waits for its scores with the previous tile's P V still in flight."""
+    pytest.importorskip("triton")
+    module = import_file(ROOT / "kernels" / "prefill_attention" / "gluon_prefill_attention.py")
+    p = script._params(script.CANDIDATES["gluon"], module, config)
+    compiled = script.gluon_build(p)
+    resources = script.sm90_resources(compiled)
+    assert resources["spill_bytes"] == 0
+    assert 0 < resources["shared_bytes"] <= 227 * 1024
+    ptx = compiled.asm["ptx"]
+    budgets = {int(n) for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", ptx)}
+    assert {24, 240} <= budgets  # the loader warp's registers, and each warpgroup's
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
 
 
 def test_an_unknown_parameter_is_refused_by_name(script) -> None:
