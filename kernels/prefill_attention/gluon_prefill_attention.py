@@ -40,6 +40,7 @@ LOG2E = 1.4426950408889634
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
 BLOCK_M = 128  # query rows of a program: two warpgroups of 64 (a wgmma is 64 rows tall)
 HALF = gl.constexpr(BLOCK_M // 2)
 FIRST_WARPGROUP = gl.constexpr(0)
@@ -96,7 +97,9 @@ def _softmax(s, m_i, l_i, rows, n0, offset, scale_log2, FIRST: gl.constexpr, MAS
 def _tile(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
           W: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr):  # fmt: skip
     """Key tile j >= 1 of warpgroup W: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued in this
-    warpgroup's turn, then the softmax of S_j while the product is in flight."""
+    warpgroup's turn, then the softmax of S_j. The PTX leaves the product in flight over the
+    softmax; ptxas (Triton 3.6's and 3.9's) waits for it first all the same
+    (scripts/prefill_sm90_schedule.py), so the overlap is the other warpgroup's."""
     _, k_ready, v_ready, k_free, v_free, turn = bars
     stage = j % STAGES
     prev = (j - 1) % STAGES
@@ -240,22 +243,36 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     )
 
 
-def _refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int, block_n: int):
-    """Why these inputs are not for this kernel (None when they are)."""
+def _refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, stages: int):
+    """Why these inputs are not for this kernel at these parameters (None when they are)."""
+    if not q.dim() == k.dim() == v.dim() == 4:
+        return f"needs 4-D q, k and v; got {q.dim()}, {k.dim()}, {v.dim()} dimensions"
     if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"needs bf16 or fp16 q, k and v; got {q.dtype}, {k.dtype}, {v.dtype}"
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
         return "needs contiguous (batch, heads, length, head_dim) q, k and v"
     if k.shape != v.shape or k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
         return f"k {tuple(k.shape)} and v {tuple(v.shape)} do not match q {tuple(q.shape)}"
-    if q.shape[3] not in (64, 128):
-        return f"head_dim {q.shape[3]}: 64 or 128 only"
-    if q.shape[2] % block_m or k.shape[2] % block_n:
+    if q.shape[2] > k.shape[2]:
+        return f"q_len {q.shape[2]} > kv_len {k.shape[2]}"
+    d = q.shape[3]
+    if d not in (64, 128):
+        return f"head_dim {d}: 64 or 128 only"
+    if q.shape[2] % BLOCK_M or k.shape[2] % block_n:
         return (
-            f"q_len {q.shape[2]} and kv_len {k.shape[2]} must be multiples of {block_m}, {block_n}"
+            f"q_len {q.shape[2]} and kv_len {k.shape[2]} must be multiples of {BLOCK_M}, {block_n}"
         )
+    if q.shape[0] * q.shape[1] > 65535:
+        return f"batch x heads {q.shape[0] * q.shape[1]} above the grid's 65535"
+    shared = 2 * d * (BLOCK_M + 2 * stages * block_n) + 1024  # tiles, barriers with room
+    if shared > SHARED_BYTES:
+        return f"block_n {block_n} at {stages} stages needs {shared} bytes of shared memory"
+    if any(t.data_ptr() % 16 for t in (q, k, v)):
+        return "needs 16-byte aligned q, k and v (TMA)"
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return f"needs an sm_90 GPU (Hopper); got {q.device}"
+    if k.device != q.device or v.device != q.device:
+        return f"q, k and v on {q.device}, {k.device}, {v.device}"
     return None
 
 
@@ -267,20 +284,17 @@ def kernel(
     num_stages: int = 2,
 ) -> torch.Tensor:
     """Causal attention of q over k and v (bottom-right aligned), in q's dtype."""
-    b, h, q_len, d = q.shape
-    kv_len = k.shape[2]
-    if q_len > kv_len:
-        raise ValueError(f"q_len {q_len} > kv_len {kv_len}")
-    why = _refusal(q, k, v, BLOCK_M, block_n)
+    why = _refusal(q, k, v, block_n, num_stages)
     if why is not None:
         raise ValueError(f"gluon prefill attention {why}; use triton_prefill_attention.py")
+    b, h, q_len, d = q.shape
     o = torch.empty_like(q)
     if o.numel() == 0:
         return o
     descs = [_descriptor(t, rows) for t, rows in ((q, BLOCK_M), (k, block_n), (v, block_n))]
-    grid = (q_len // BLOCK_M, b * h)
-    _attn_fwd[grid](
-        *descs, o, q_len, kv_len, LOG2E / math.sqrt(d), BLOCK_N=block_n, D=d, STAGES=num_stages,
-        num_warps=4,
-    )  # fmt: skip
+    with torch.cuda.device(q.device):
+        _attn_fwd[(q_len // BLOCK_M, b * h)](
+            *descs, o, q_len, k.shape[2], LOG2E / math.sqrt(d), BLOCK_N=block_n, D=d,
+            STAGES=num_stages, num_warps=4,
+        )  # fmt: skip
     return o

@@ -4,6 +4,9 @@ candidates (CPU; Triton under the interpreter)."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,6 +167,55 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
         module.kernel(bf16(1, 2, 256, 128), q, q)
     with pytest.raises(ValueError, match="multiples of 128, 64"):
         module.kernel(q, bf16(1, 2, 160, 128), bf16(1, 2, 160, 128), block_n=64)
+    with pytest.raises(ValueError, match="4-D"):
+        module.kernel(q[0], q[0], q[0])
+    with pytest.raises(
+        ValueError, match=r"block_n 128 at 4 stages needs \d+ bytes of shared memory"
+    ):
+        module.kernel(q, q, q, block_n=128, num_stages=4)
+    shifted = torch.zeros(q.numel() + 1, dtype=torch.bfloat16)[1:].view(q.shape)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        module.kernel(shifted, shifted, shifted)
+
+
+# What the task's GPU shapes (head_dim 128, bf16, causal offsets a multiple of 128) leave out:
+# head_dim 64, fp16, and a causal offset of 64 with 64-key tiles, where the first warpgroup's
+# last tile is masked whole. In a child process with a time limit: a hang fails the test.
+GLUON_PATHS = """
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("prefill_attention")
+module = candidate_module(task, "gluon_prefill_attention.py")
+cases = [
+    (2, 3, 128, 192, 64, torch.float16, {"block_n": 64}),
+    (1, 2, 256, 256, 128, torch.bfloat16, {"block_n": 64, "num_stages": 3}),
+    (1, 2, 384, 640, 128, torch.float16, {"num_stages": 3}),
+    (2, 2, 256, 384, 64, torch.bfloat16, {"num_stages": 4}),
+]
+gen = torch.Generator(device="cuda").manual_seed(0)
+for b, h, q_len, kv_len, d, dtype, params in cases:
+    q, k, v = (
+        torch.randn(b, h, n, d, generator=gen, device="cuda").to(dtype)
+        for n in (q_len, kv_len, kv_len)
+    )
+    got = module.kernel(q, k, v, **params).double()
+    want = task.reference(q.double(), k.double(), v.double())
+    err = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
+    print(b, h, q_len, kv_len, d, dtype, params, f"{err:.2e}", flush=True)
+    assert err < tol, (err, tol)
+"""
+
+
+@pytest.mark.gpu
+def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-c", GLUON_PATHS], cwd=root, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
