@@ -189,10 +189,12 @@ from tests.kernels.task_checks import candidate_module
 task = load_task("prefill_attention")
 module = candidate_module(task, "gluon_prefill_attention.py")
 cases = [
-    (2, 3, 128, 192, 64, torch.float16, {"block_n": 64}),
-    (1, 2, 256, 256, 128, torch.bfloat16, {"block_n": 64, "num_stages": 3}),
-    (1, 2, 384, 640, 128, torch.float16, {"num_stages": 3}),
-    (2, 2, 256, 384, 64, torch.bfloat16, {"num_stages": 4}),
+    (2, 3, 128, 192, 64, torch.float16, {}),
+    (2, 3, 128, 192, 64, torch.float16, {"ahead": False}),
+    (1, 2, 256, 256, 128, torch.bfloat16, {"num_stages": 2}),
+    (1, 2, 384, 640, 128, torch.float16, {"block_n": 128, "num_stages": 3, "ahead": False}),
+    (2, 2, 256, 384, 64, torch.bfloat16, {"block_n": 128, "num_stages": 3}),
+    (1, 1, 128, 128, 128, torch.bfloat16, {}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, h, q_len, kv_len, d, dtype, params in cases:
@@ -224,7 +226,15 @@ def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"ahead": False},
+        {"block_n": 128, "num_stages": 2, "ahead": False},
+        {"block_n": 128, "num_stages": 3},
+    ],
+)
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate
 
