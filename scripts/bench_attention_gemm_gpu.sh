@@ -278,14 +278,10 @@ for stage in $STAGES; do
     prefill_gluon)
         # The Gluon candidate (flash attention 3's ping-pong: two warpgroups of 64 query rows
         # take turns at the tensor cores, so one's softmax runs under the other's products; a
-        # loader warp feeds both by TMA), with and without each tile's Q K^T issued a tile
-        # ahead (its softmax then overlaps that product in the machine code too; at 128-key
-        # tiles it spills 80-112 bytes), swept at 16k against SDPA's cuDNN backend; the
-        # winner then at 8k and 64k against both backends.
+        # loader warp feeds both by TMA). Its configurations that fit shared memory, swept at 16k
+        # against SDPA's cuDNN backend; the winner then at 8k and 64k against both backends.
         sweep prefill_attention gluon_prefill_attention.py gluon sdpa-cudnn b1-q16384-kv16384 \
-            '{}' '{"ahead":false}' '{"num_stages":2}' \
-            '{"block_n":128,"num_stages":2,"ahead":false}' '{"block_n":128,"num_stages":3,"ahead":false}' \
-            '{"block_n":128,"num_stages":2}'
+            '{}' '{"num_stages":3}' '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":4}'
         [ -z "${NO_SWEEP:-}" ] &&
             best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-gluon.json" b1-q16384-kv16384) &&
             bench prefill_attention gluon_prefill_attention.py gluonbest "$best" \

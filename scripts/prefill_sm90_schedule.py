@@ -104,6 +104,15 @@ def ex2_in_flight_sass(sass: str) -> tuple[int, int]:
     )
 
 
+def hgmma_groups(sass: str) -> tuple[int, int]:
+    """(wgmma instructions, the groups they form) in ptxas's machine code. A product of K = 128
+    is 8 instructions in one group; as many groups as instructions means ptxas serialised them
+    (each waited for before the next), which it does silently, e.g. where the PTX copies the
+    registers of a product still in flight."""
+    steps = [line for line in sass.splitlines() if "HGMMA" in line]
+    return len(steps), sum("gsb0" in line for line in steps)
+
+
 def _triton_build(p: dict):
     """The Triton candidate's kernel at parameters `p` (q_len and kv_len multiples of 16, as
     Triton specialises them at the task's GPU shapes)."""
@@ -141,7 +150,6 @@ def gluon_build(p: dict, head_dim: int = HEAD_DIM):
     types = {name: mangle_type(module._descriptor(t, r)) for name, r in rows.items()}
     types |= {"o_ptr": "*bf16", "q_len": "i32", "kv_len": "i32", "scale_log2": "fp32"}
     constexprs = {"BLOCK_N": p["block_n"], "D": head_dim, "STAGES": p["num_stages"]}
-    constexprs["AHEAD"] = p["ahead"]
     return hopper_build(
         module._attn_fwd, types, constexprs, num_warps=4, multiples_of_16=("q_len", "kv_len")
     )
@@ -155,11 +163,15 @@ def schedule(config: dict) -> dict:
     p = _params(CANDIDATES[kind], module, config)
     compiled = _triton_build(p) if kind == "triton" else gluon_build(p)
     overlapped, total = ex2_in_flight(compiled.asm["ptx"])
-    machine, _ = ex2_in_flight_sass(sm90_sass(compiled))
+    sass = sm90_sass(compiled)
+    machine, _ = ex2_in_flight_sass(sass)
+    steps, groups = hgmma_groups(sass)
     return {"candidate": kind, "config": config, "params": p, **sm90_resources(compiled)} | {
         "ex2_in_flight": overlapped,
         "ex2_in_flight_sass": machine,
         "ex2": total,
+        "hgmma": steps,
+        "hgmma_groups": groups,
     }
 
 
@@ -183,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = [schedule(c) for c in args.config or DEFAULT_CONFIGS]
     print(
         "loads      block_m block_n warps stages maxreg  regs spilled  shared"
-        "  ex2 in flight (PTX, SASS)"
+        "  wgmma (groups)  ex2 in flight (PTX, SASS)"
     )
     for r in rows:
         print(
             f"{_describe(r)} {r['registers']:>5} {r['spill_bytes']:>7} {r['shared_bytes']:>7}"
-            f"  {r['ex2_in_flight']}, {r['ex2_in_flight_sass']} of {r['ex2']}"
+            f"  {r['hgmma']:>5} ({r['hgmma_groups']:>3})"
+            f"   {r['ex2_in_flight']}, {r['ex2_in_flight_sass']} of {r['ex2']}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

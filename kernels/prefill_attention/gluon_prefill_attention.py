@@ -8,12 +8,12 @@ have released it.
 
 Per key tile j a warpgroup issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} in its turn, waits for
 S_j, runs its softmax (exp2, scale folded in; masked only on the tiles that cross the
-diagonal), then waits for the product and rescales O. ptxas moves that wait above the
-softmax, whatever the PTX says, so `ahead` (the default) also issues S_{j+1} = Q K_{j+1}^T
-before the softmax of S_j, and no wait of this tile covers it: built for sm_90 with Triton
-3.6, 122 of the 200 exponentials run with a product in flight at 64-key tiles, none without
-(scripts/prefill_sm90_schedule.py). At 128-key tiles it spills 80-112 bytes a thread. Heaviest
-query blocks first; bottom-right aligned mask.
+diagonal), then waits for the product and rescales O. ptxas (Triton 3.6's and 3.9's) moves
+that wait above the softmax whatever the PTX says, so the overlap is the other warpgroup's
+(scripts/prefill_sm90_schedule.py). Issuing the next tile's Q K^T before the softmax keeps a
+product in flight over it in the PTX, but the in-flight scores then cross the loop's back edge,
+and ptxas serialises every wgmma (tried and dropped this session). Heaviest query blocks first;
+bottom-right aligned mask.
 
 Runs on sm_90 with bf16 or fp16 inputs whose lengths are multiples of the tiles and whose
 (batch, heads, length, head_dim) layout is contiguous; anything else is a ValueError naming
@@ -38,7 +38,6 @@ LANGUAGE = "triton"
 PARAMS = {
     "block_n": [64, 128],
     "num_stages": [2, 3, 4],
-    "ahead": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -130,43 +129,9 @@ def _tile(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2
 
 
 @gluon.jit
-def _tile_ahead(q, k_smem, v_smem, bars, acc, m_i, l_i, p, s_next, j, n_tiles, rows, offset,
-                scale_log2, s_zero, W: gl.constexpr, STAGES: gl.constexpr,
-                MASK: gl.constexpr):  # fmt: skip
-    """Key tile j >= 1 of warpgroup W with S_j = Q K_j^T issued a tile ahead (`s_next`): in
-    this warpgroup's turn, O += P_{j-1} V_{j-1}, the wait for S_j, and S_{j+1} = Q K_{j+1}^T;
-    then the softmax of S_j, with S_{j+1} in flight over it whatever ptxas hoists (no wait
-    before the next tile's can cover it). The last tile issues its own product again (tile
-    n_tiles - 1's K is never refilled), whose result goes unused."""
-    _, k_ready, v_ready, k_free, v_free, turn = bars
-    stage = j % STAGES
-    prev = (j - 1) % STAGES
-    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-    mbarrier.wait(turn.index(W), j & 1)
-    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-    # In flight: S_j, then P_{j-1} V_{j-1}; one left means S_j is done.
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))
-    mbarrier.arrive(k_free.index(stage))
-    ahead = gl.minimum(j + 1, n_tiles - 1)
-    mbarrier.wait(k_ready.index(ahead % STAGES), (ahead // STAGES) & 1)
-    s_next = warpgroup_mma(q, k_smem.index(ahead % STAGES).permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)  # fmt: skip
-    mbarrier.arrive(turn.index(1 - W))
-    p_new, m_new, alpha, l_i = _softmax(
-        s, m_i, l_i, rows, j * s.shape[1], offset, scale_log2, False, MASK
-    )
-    # In flight: P_{j-1} V_{j-1}, then S_{j+1}; one left means the product is done.
-    acc, p = warpgroup_mma_wait(num_outstanding=1, deps=(acc, p))
-    mbarrier.arrive(v_free.index(prev))
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
-    p = gl.convert_layout(p_new.to(p.dtype), p.type.layout)
-    return acc, m_new, l_i, p, s_next
-
-
-@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, bars, o_ptr, o_row, m0, offset, full, n_tiles, scale_log2,
-              W: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              AHEAD: gl.constexpr):  # fmt: skip
+              W: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
+              STAGES: gl.constexpr):  # fmt: skip
     """One warpgroup: query rows m0 + 64 W .. + 64 over every visible key tile; the two
     warpgroups take turns at the tensor cores, so one's softmax runs under the other's
     products (flash attention 3's ping-pong)."""
@@ -196,39 +161,21 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_ptr, o_row, m0, offset, full, n_ti
     p = gl.convert_layout(p0.to(q_smem.dtype), p_layout)
     acc = gl.zeros([HALF, D], gl.float32, o_layout)
 
+    for j in range(1, full):
+        acc, m_i, l_i, p = _tile(
+            q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
+            W, STAGES, False,
+        )  # fmt: skip
+    for j in range(gl.maximum(full, 1), n_tiles):
+        acc, m_i, l_i, p = _tile(
+            q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
+            W, STAGES, True,
+        )  # fmt: skip
+
     last = (n_tiles - 1) % STAGES
-    if AHEAD:
-        ahead = gl.minimum(1, n_tiles - 1)
-        mbarrier.wait(k_ready.index(ahead % STAGES), (ahead // STAGES) & 1)
-        s_next = warpgroup_mma(q, k_smem.index(ahead % STAGES).permute((1, 0)), s_zero,
-                               use_acc=False, is_async=True)  # fmt: skip
-        for j in range(1, full):
-            acc, m_i, l_i, p, s_next = _tile_ahead(
-                q, k_smem, v_smem, bars, acc, m_i, l_i, p, s_next, j, n_tiles, rows, offset,
-                scale_log2, s_zero, W, STAGES, False,
-            )  # fmt: skip
-        for j in range(gl.maximum(full, 1), n_tiles):
-            acc, m_i, l_i, p, s_next = _tile_ahead(
-                q, k_smem, v_smem, bars, acc, m_i, l_i, p, s_next, j, n_tiles, rows, offset,
-                scale_log2, s_zero, W, STAGES, True,
-            )  # fmt: skip
-        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-        acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-        acc, p, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p, s_next))
-    else:
-        for j in range(1, full):
-            acc, m_i, l_i, p = _tile(
-                q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
-                W, STAGES, False,
-            )  # fmt: skip
-        for j in range(gl.maximum(full, 1), n_tiles):
-            acc, m_i, l_i, p = _tile(
-                q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
-                W, STAGES, True,
-            )  # fmt: skip
-        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-        acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+    mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
     mbarrier.arrive(v_free.index(last))
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = (acc / gl.expand_dims(l_o, 1)).to(o_ptr.dtype.element_ty)
@@ -239,8 +186,7 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_ptr, o_row, m0, offset, full, n_ti
 
 @gluon.jit
 def _attn_fwd(q_desc, k_desc, v_desc, o_ptr, q_len, kv_len, scale_log2,
-              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-              AHEAD: gl.constexpr):  # fmt: skip
+              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     ROWS: gl.constexpr = 2 * HALF
     pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
     bh = gl.program_id(1)
@@ -279,9 +225,9 @@ def _attn_fwd(q_desc, k_desc, v_desc, o_ptr, q_len, kv_len, scale_log2,
     gl.warp_specialize(
         [
             (_consumer, (q_smem, k_smem, v_smem, bars, o_ptr, q_row, m0, offset, full, n_tiles,
-                         scale_log2, FIRST_WARPGROUP, BLOCK_N, D, STAGES, AHEAD)),
+                         scale_log2, FIRST_WARPGROUP, BLOCK_N, D, STAGES)),
             (_consumer, (q_smem, k_smem, v_smem, bars, o_ptr, q_row, m0, offset, full, n_tiles,
-                         scale_log2, SECOND_WARPGROUP, BLOCK_N, D, STAGES, AHEAD)),
+                         scale_log2, SECOND_WARPGROUP, BLOCK_N, D, STAGES)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row,
                          n_tiles, BLOCK_N, STAGES)),
         ],
@@ -320,6 +266,8 @@ def _refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, st
         return (
             f"q_len {q.shape[2]} and kv_len {k.shape[2]} must be multiples of {BLOCK_M}, {block_n}"
         )
+    if stages < 2:
+        return f"num_stages {stages}: the ring needs 2 buffers at least"
     if q.shape[0] * q.shape[1] > 65535:
         return f"batch x heads {q.shape[0] * q.shape[1]} above the grid's 65535"
     shared = 2 * d * (BLOCK_M + 2 * stages * block_n) + 1024  # tiles, barriers with room
@@ -338,9 +286,8 @@ def kernel(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    block_n: int = 64,
-    num_stages: int = 4,
-    ahead: bool = True,
+    block_n: int = 128,
+    num_stages: int = 2,
 ) -> torch.Tensor:
     """Causal attention of q over k and v (bottom-right aligned), in q's dtype."""
     why = _refusal(q, k, v, block_n, num_stages)
@@ -354,6 +301,6 @@ def kernel(
     with torch.cuda.device(q.device):
         _attn_fwd[(q_len // BLOCK_M, b * h)](
             *descs, o, q_len, k.shape[2], LOG2E / math.sqrt(d), BLOCK_N=block_n, D=d,
-            STAGES=num_stages, AHEAD=ahead, num_warps=4,
+            STAGES=num_stages, num_warps=4,
         )  # fmt: skip
     return o

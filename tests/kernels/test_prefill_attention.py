@@ -176,6 +176,8 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
     shifted = torch.zeros(q.numel() + 1, dtype=torch.bfloat16)[1:].view(q.shape)
     with pytest.raises(ValueError, match="16-byte aligned"):
         module.kernel(shifted, shifted, shifted)
+    with pytest.raises(ValueError, match="num_stages 1"):
+        module.kernel(q, q, q, num_stages=1)
 
 
 # What the task's GPU shapes (head_dim 128, bf16, causal offsets a multiple of 128) leave out:
@@ -189,11 +191,10 @@ from tests.kernels.task_checks import candidate_module
 task = load_task("prefill_attention")
 module = candidate_module(task, "gluon_prefill_attention.py")
 cases = [
-    (2, 3, 128, 192, 64, torch.float16, {}),
-    (2, 3, 128, 192, 64, torch.float16, {"ahead": False}),
-    (1, 2, 256, 256, 128, torch.bfloat16, {"num_stages": 2}),
-    (1, 2, 384, 640, 128, torch.float16, {"block_n": 128, "num_stages": 3, "ahead": False}),
-    (2, 2, 256, 384, 64, torch.bfloat16, {"block_n": 128, "num_stages": 3}),
+    (2, 3, 128, 192, 64, torch.float16, {"block_n": 64}),
+    (1, 2, 256, 256, 128, torch.bfloat16, {"block_n": 64, "num_stages": 3}),
+    (1, 2, 384, 640, 128, torch.float16, {"num_stages": 3}),
+    (2, 2, 256, 384, 64, torch.bfloat16, {"num_stages": 4}),
     (1, 1, 128, 128, 128, torch.bfloat16, {}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
@@ -227,13 +228,7 @@ def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "params",
-    [
-        {},
-        {"ahead": False},
-        {"block_n": 128, "num_stages": 2, "ahead": False},
-        {"block_n": 128, "num_stages": 3},
-    ],
+    "params", [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}, {"block_n": 64}]
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate
