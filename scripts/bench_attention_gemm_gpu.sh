@@ -278,10 +278,13 @@ for stage in $STAGES; do
     prefill_gluon)
         # The Gluon candidate (flash attention 3's ping-pong: two warpgroups of 64 query rows
         # take turns at the tensor cores, so one's softmax runs under the other's products; a
-        # loader warp feeds both by TMA). Its configurations that fit shared memory, swept at 16k
-        # against SDPA's cuDNN backend; the winner then at 8k and 64k against both backends.
+        # loader warp feeds both by TMA), with and without pairs (two unmasked tiles an
+        # iteration, the second's Q K^T in flight over the first's softmax in the machine code).
+        # Its configurations that fit shared memory, swept at 16k against SDPA's cuDNN backend;
+        # the winner then at 8k and 64k against both backends.
         sweep prefill_attention gluon_prefill_attention.py gluon sdpa-cudnn b1-q16384-kv16384 \
-            '{}' '{"num_stages":3}' '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":4}'
+            '{}' '{"num_stages":3}' '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":4}' \
+            '{"block_n":64,"num_stages":4,"pairs":true}' '{"block_n":64,"num_stages":3,"pairs":true}'
         [ -z "${NO_SWEEP:-}" ] &&
             best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-gluon.json" b1-q16384-kv16384) &&
             bench prefill_attention gluon_prefill_attention.py gluonbest "$best" \

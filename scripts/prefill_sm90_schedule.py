@@ -150,6 +150,7 @@ def gluon_build(p: dict, head_dim: int = HEAD_DIM):
     types = {name: mangle_type(module._descriptor(t, r)) for name, r in rows.items()}
     types |= {"o_ptr": "*bf16", "q_len": "i32", "kv_len": "i32", "scale_log2": "fp32"}
     constexprs = {"BLOCK_N": p["block_n"], "D": head_dim, "STAGES": p["num_stages"]}
+    constexprs["PAIRS"] = p["pairs"]
     return hopper_build(
         module._attn_fwd, types, constexprs, num_warps=4, multiples_of_16=("q_len", "kv_len")
     )

@@ -10,10 +10,12 @@ Per key tile j a warpgroup issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} in its 
 S_j, runs its softmax (exp2, scale folded in; masked only on the tiles that cross the
 diagonal), then waits for the product and rescales O. ptxas (Triton 3.6's and 3.9's) moves
 that wait above the softmax whatever the PTX says, so the overlap is the other warpgroup's
-(scripts/prefill_sm90_schedule.py). Issuing the next tile's Q K^T before the softmax keeps a
+(scripts/prefill_sm90_schedule.py). Issuing each next tile's Q K^T before the softmax keeps a
 product in flight over it in the PTX, but the in-flight scores then cross the loop's back edge,
-and ptxas serialises every wgmma (tried and dropped this session). Heaviest query blocks first;
-bottom-right aligned mask.
+and ptxas serialises every wgmma (tried and dropped). `pairs` takes the unmasked tiles two an
+iteration instead: the second's Q K^T is issued with the first's products and stays in flight
+over the first's softmax, and nothing in flight crosses the loop's edge (64-key tiles only: at
+128 it spills and is serialised). Heaviest query blocks first; bottom-right aligned mask.
 
 Runs on sm_90 with bf16 or fp16 inputs whose lengths are multiples of the tiles and whose
 (batch, heads, length, head_dim) layout is contiguous; anything else is a ValueError naming
@@ -38,6 +40,7 @@ LANGUAGE = "triton"
 PARAMS = {
     "block_n": [64, 128],
     "num_stages": [2, 3, 4],
+    "pairs": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -129,9 +132,55 @@ def _tile(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2
 
 
 @gluon.jit
+def _pair(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
+          W: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """Unmasked key tiles j and j + 1 of warpgroup W (j >= 1): S_{j+1} is issued with S_j and
+    P_{j-1} V_{j-1}, so it is in flight over the softmax of S_j; nothing in flight crosses the
+    loop's edge."""
+    _, k_ready, v_ready, k_free, v_free, turn = bars
+    a = j % STAGES
+    b = (j + 1) % STAGES
+    prev = (j - 1) % STAGES
+    mbarrier.wait(k_ready.index(a), (j // STAGES) & 1)
+    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    mbarrier.wait(k_ready.index(b), ((j + 1) // STAGES) & 1)
+    mbarrier.wait(turn.index(W), j & 1)
+    s_a = warpgroup_mma(q, k_smem.index(a).permute((1, 0)), s_zero, use_acc=False,
+                        is_async=True)  # fmt: skip
+    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    s_b = warpgroup_mma(q, k_smem.index(b).permute((1, 0)), s_zero, use_acc=False,
+                        is_async=True)  # fmt: skip
+    mbarrier.arrive(turn.index(1 - W))
+    s_a = warpgroup_mma_wait(num_outstanding=2, deps=(s_a,))
+    mbarrier.arrive(k_free.index(a))
+    p_a, m_i, alpha, l_i = _softmax(
+        s_a, m_i, l_i, rows, j * s_a.shape[1], offset, scale_log2, False, False
+    )
+    acc, p = warpgroup_mma_wait(num_outstanding=1, deps=(acc, p))
+    mbarrier.arrive(v_free.index(prev))
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+    p = gl.convert_layout(p_a.to(p.dtype), p.type.layout)
+    # Tile j + 1: its scores are (likely) done; O += P_j V_j in this warpgroup's next turn.
+    mbarrier.wait(v_ready.index(a), (j // STAGES) & 1)
+    mbarrier.wait(turn.index(W), (j + 1) & 1)
+    acc = warpgroup_mma(p, v_smem.index(a), acc, is_async=True)
+    mbarrier.arrive(turn.index(1 - W))
+    s_b = warpgroup_mma_wait(num_outstanding=1, deps=(s_b,))
+    mbarrier.arrive(k_free.index(b))
+    p_b, m_i, alpha, l_i = _softmax(
+        s_b, m_i, l_i, rows, (j + 1) * s_b.shape[1], offset, scale_log2, False, False
+    )
+    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+    mbarrier.arrive(v_free.index(a))
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+    p = gl.convert_layout(p_b.to(p.dtype), p.type.layout)
+    return acc, m_i, l_i, p
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, bars, o_ptr, o_row, m0, offset, full, n_tiles, scale_log2,
-              W: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr,
-              STAGES: gl.constexpr):  # fmt: skip
+              W: gl.constexpr, BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+              PAIRS: gl.constexpr):  # fmt: skip
     """One warpgroup: query rows m0 + 64 W .. + 64 over every visible key tile; the two
     warpgroups take turns at the tensor cores, so one's softmax runs under the other's
     products (flash attention 3's ping-pong)."""
@@ -161,7 +210,16 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_ptr, o_row, m0, offset, full, n_ti
     p = gl.convert_layout(p0.to(q_smem.dtype), p_layout)
     acc = gl.zeros([HALF, D], gl.float32, o_layout)
 
-    for j in range(1, full):
+    # Unmasked tiles two at a time where PAIRS, then one at a time.
+    pairs_end = 1
+    if PAIRS:
+        pairs_end = 1 + gl.maximum(full - 1, 0) // 2 * 2
+        for j in range(1, pairs_end, 2):
+            acc, m_i, l_i, p = _pair(
+                q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
+                W, STAGES,
+            )  # fmt: skip
+    for j in range(pairs_end, full):
         acc, m_i, l_i, p = _tile(
             q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
             W, STAGES, False,
@@ -186,7 +244,8 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_ptr, o_row, m0, offset, full, n_ti
 
 @gluon.jit
 def _attn_fwd(q_desc, k_desc, v_desc, o_ptr, q_len, kv_len, scale_log2,
-              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+              BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+              PAIRS: gl.constexpr):  # fmt: skip
     ROWS: gl.constexpr = 2 * HALF
     pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
     bh = gl.program_id(1)
@@ -225,9 +284,9 @@ def _attn_fwd(q_desc, k_desc, v_desc, o_ptr, q_len, kv_len, scale_log2,
     gl.warp_specialize(
         [
             (_consumer, (q_smem, k_smem, v_smem, bars, o_ptr, q_row, m0, offset, full, n_tiles,
-                         scale_log2, FIRST_WARPGROUP, BLOCK_N, D, STAGES)),
+                         scale_log2, FIRST_WARPGROUP, BLOCK_N, D, STAGES, PAIRS)),
             (_consumer, (q_smem, k_smem, v_smem, bars, o_ptr, q_row, m0, offset, full, n_tiles,
-                         scale_log2, SECOND_WARPGROUP, BLOCK_N, D, STAGES)),
+                         scale_log2, SECOND_WARPGROUP, BLOCK_N, D, STAGES, PAIRS)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row,
                          n_tiles, BLOCK_N, STAGES)),
         ],
@@ -247,7 +306,9 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     )
 
 
-def _refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, stages: int):
+def _refusal(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, stages: int, pairs: bool
+):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     if not q.dim() == k.dim() == v.dim() == 4:
         return f"needs 4-D q, k and v; got {q.dim()}, {k.dim()}, {v.dim()} dimensions"
@@ -268,6 +329,8 @@ def _refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_n: int, st
         )
     if stages < 2:
         return f"num_stages {stages}: the ring needs 2 buffers at least"
+    if pairs and block_n != 64:
+        return "pairs need 64-key tiles (at 128 they spill and ptxas serialises the products)"
     if q.shape[0] * q.shape[1] > 65535:
         return f"batch x heads {q.shape[0] * q.shape[1]} above the grid's 65535"
     shared = 2 * d * (BLOCK_M + 2 * stages * block_n) + 1024  # tiles, barriers with room
@@ -288,9 +351,10 @@ def kernel(
     v: torch.Tensor,
     block_n: int = 128,
     num_stages: int = 2,
+    pairs: bool = False,
 ) -> torch.Tensor:
     """Causal attention of q over k and v (bottom-right aligned), in q's dtype."""
-    why = _refusal(q, k, v, block_n, num_stages)
+    why = _refusal(q, k, v, block_n, num_stages, pairs)
     if why is not None:
         raise ValueError(f"gluon prefill attention {why}; use triton_prefill_attention.py")
     b, h, q_len, d = q.shape
@@ -301,6 +365,6 @@ def kernel(
     with torch.cuda.device(q.device):
         _attn_fwd[(q_len // BLOCK_M, b * h)](
             *descs, o, q_len, k.shape[2], LOG2E / math.sqrt(d), BLOCK_N=block_n, D=d,
-            STAGES=num_stages, num_warps=4,
+            STAGES=num_stages, PAIRS=pairs, num_warps=4,
         )  # fmt: skip
     return o

@@ -178,6 +178,8 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
         module.kernel(shifted, shifted, shifted)
     with pytest.raises(ValueError, match="num_stages 1"):
         module.kernel(q, q, q, num_stages=1)
+    with pytest.raises(ValueError, match="pairs need 64-key tiles"):
+        module.kernel(q, q, q, pairs=True)
 
 
 # What the task's GPU shapes (head_dim 128, bf16, causal offsets a multiple of 128) leave out:
@@ -196,6 +198,8 @@ cases = [
     (1, 2, 384, 640, 128, torch.float16, {"num_stages": 3}),
     (2, 2, 256, 384, 64, torch.bfloat16, {"num_stages": 4}),
     (1, 1, 128, 128, 128, torch.bfloat16, {}),
+    (1, 2, 512, 1024, 128, torch.bfloat16, {"block_n": 64, "num_stages": 3, "pairs": True}),
+    (2, 3, 384, 448, 64, torch.float16, {"block_n": 64, "pairs": True}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, h, q_len, kv_len, d, dtype, params in cases:
@@ -228,7 +232,13 @@ def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "params", [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}, {"block_n": 64}]
+    "params",
+    [
+        {},
+        {"num_stages": 3},
+        {"block_n": 64, "num_stages": 4},
+        {"block_n": 64, "num_stages": 4, "pairs": True},
+    ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate

@@ -62,7 +62,10 @@ def test_a_build_reports_its_resources_and_its_exponentials(script) -> None:
     assert 0 <= row["ex2_in_flight_sass"] <= row["ex2"]
 
 
-@pytest.mark.parametrize("config", [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}])
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"num_stages": 3}, {"block_n": 64, "num_stages": 4}, {"block_n": 64, "pairs": True}],
+)
 def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(script, config) -> None:
     """Every shipped configuration that fits an SM's shared memory builds with no spill; its
     warps are split into partitions with their own register budgets (setmaxnreg), and each
@@ -93,3 +96,15 @@ def test_an_unknown_parameter_is_refused_by_name(script) -> None:
     pytest.importorskip("triton")
     with pytest.raises(ValueError, match="block_h"):
         script.schedule({"block_h": 16})
+
+
+def test_gluon_pairs_keep_a_product_in_flight_over_half_the_softmaxes(script) -> None:
+    """ptxas waits for a warpgroup's last product before its softmax whatever the PTX says;
+    two tiles an iteration issue the second's Q K^T with the first's, and that one stays in
+    flight over the first softmax (about a third of all exponentials, the masked tiles and the
+    second of each pair not)."""
+    pytest.importorskip("triton")
+    pairs = script.schedule({"candidate": "gluon", "block_n": 64, "pairs": True})
+    plain = script.schedule({"candidate": "gluon", "block_n": 64})
+    assert pairs["ex2_in_flight_sass"] >= pairs["ex2"] // 6
+    assert plain["ex2_in_flight_sass"] * 4 < pairs["ex2_in_flight_sass"]
