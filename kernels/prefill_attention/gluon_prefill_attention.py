@@ -101,6 +101,17 @@ def _softmax(s, m_i, l_i, rows, n0, offset, scale_log2, FIRST: gl.constexpr, MAS
 
 
 @gluon.jit
+def _rescaled(acc, p, p_new, alpha, v_free, prev, OUTSTANDING: gl.constexpr):
+    """After a softmax: the wait for O += P_{j-1} V_{j-1} (OUTSTANDING later groups left in
+    flight; P_{j-1} a dependency, its registers the product's operand until then), V_{j-1}'s
+    buffer released, O rescaled, and the new P in the product's operand layout."""
+    acc, p = warpgroup_mma_wait(num_outstanding=OUTSTANDING, deps=(acc, p))
+    mbarrier.arrive(v_free.index(prev))
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+    return acc, gl.convert_layout(p_new.to(p.dtype), p.type.layout)
+
+
+@gluon.jit
 def _tile(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2, s_zero,
           W: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr):  # fmt: skip
     """Key tile j >= 1 of warpgroup W: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued in this
@@ -123,11 +134,7 @@ def _tile(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2
     p_new, m_new, alpha, l_i = _softmax(
         s, m_i, l_i, rows, j * s.shape[1], offset, scale_log2, False, MASK
     )
-    # P_{j-1} stays a dependency: its registers are the product's operand until this wait.
-    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
-    mbarrier.arrive(v_free.index(prev))
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
-    p = gl.convert_layout(p_new.to(p.dtype), p.type.layout)
+    acc, p = _rescaled(acc, p, p_new, alpha, v_free, prev, 0)
     return acc, m_new, l_i, p
 
 
@@ -156,10 +163,7 @@ def _pair(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2
     p_a, m_i, alpha, l_i = _softmax(
         s_a, m_i, l_i, rows, j * s_a.shape[1], offset, scale_log2, False, False
     )
-    acc, p = warpgroup_mma_wait(num_outstanding=1, deps=(acc, p))
-    mbarrier.arrive(v_free.index(prev))
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
-    p = gl.convert_layout(p_a.to(p.dtype), p.type.layout)
+    acc, p = _rescaled(acc, p, p_a, alpha, v_free, prev, 1)  # S_{j+1} left in flight
     # Tile j + 1: its scores are (likely) done; O += P_j V_j in this warpgroup's next turn.
     mbarrier.wait(v_ready.index(a), (j // STAGES) & 1)
     mbarrier.wait(turn.index(W), (j + 1) & 1)
@@ -170,10 +174,7 @@ def _pair(q, k_smem, v_smem, bars, acc, m_i, l_i, p, j, rows, offset, scale_log2
     p_b, m_i, alpha, l_i = _softmax(
         s_b, m_i, l_i, rows, (j + 1) * s_b.shape[1], offset, scale_log2, False, False
     )
-    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
-    mbarrier.arrive(v_free.index(a))
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
-    p = gl.convert_layout(p_b.to(p.dtype), p.type.layout)
+    acc, p = _rescaled(acc, p, p_b, alpha, v_free, a, 0)
     return acc, m_i, l_i, p
 
 
