@@ -44,6 +44,7 @@ DEFAULT_CONFIGS = [
     {},
     {"block_n": 64, "num_stages": 2, "max_registers": 128},
     {"candidate": "gluon"},
+    {"candidate": "gluon", "block_n": 64, "num_stages": 4, "pairs": True},
 ]
 STRIDES = [f"stride_{t}{d}" for t in "qkvo" for d in ("b", "h", "m" if t in "qo" else "n")]
 
@@ -91,7 +92,7 @@ def ex2_in_flight(ptx: str) -> tuple[int, int]:
 
 def ex2_in_flight_sass(sass: str) -> tuple[int, int]:
     """The count in ptxas's machine code."""
-    lines = [line.split("/*")[1].split("*/", 1)[1] if "*/" in line else line for line in sass.splitlines()]  # fmt: skip
+    lines = [line.split("*/", 1)[-1] for line in sass.splitlines()]  # past the address
     return _count(
         lines,
         commit=lambda line: "HGMMA" in line and "gsb0" in line,
@@ -179,7 +180,8 @@ def schedule(config: dict) -> dict:
 def _describe(r: dict) -> str:
     p = r["params"]
     if r["candidate"] == "gluon":
-        return f"gluon      {128:>7} {p['block_n']:>7} {'4+4+1':>5} {p['num_stages']:>6} {'-':>6}"
+        name = "gluon-pair" if p["pairs"] else "gluon"
+        return f"{name:<10} {128:>7} {p['block_n']:>7} {'4+4+1':>5} {p['num_stages']:>6} {'-':>6}"
     return (
         f"{p['loads']:<10} {p['block_m']:>7} {p['block_n']:>7} {p['num_warps']:>5}"
         f" {p['num_stages']:>6} {p['max_registers']:>6}"
@@ -189,7 +191,7 @@ def _describe(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--config", action="append", type=json.loads, help="kernel parameters as JSON [4 built in]"
+        "--config", action="append", type=json.loads, help="kernel parameters as JSON [5 built in]"
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)

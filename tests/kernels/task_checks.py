@@ -276,10 +276,10 @@ def hopper_build(
     """What Triton builds of the JIT function `fn` (Triton or Gluon) for an H100/H200 (sm_90),
     compiled here with no GPU (its `asm` holds the PTX and the cubin). `types` maps each runtime
     argument to its Triton type ("*bf16", "i32", "fp32"); every other argument is one of
-    `constexprs`. Pointers
-    are taken as 16-byte aligned, as torch allocates them, and the integers named in
-    `multiples_of_16` as multiples of 16, as Triton specialises them at a launch where they are
-    (K = 4096, say). `max_registers` caps a thread's registers (Triton's maxnreg)."""
+    `constexprs`. Pointers are taken as 16-byte aligned, as torch allocates them, and the
+    integers named in `multiples_of_16` as multiples of 16, as Triton specialises them at a
+    launch where they are (K = 4096, say). `max_registers` caps a thread's registers (Triton's
+    maxnreg)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
