@@ -254,16 +254,13 @@ for stage in $STAGES; do
         ;;
     prefill_desc)
         # The defaults (descriptor loads, 128x128 tiles, 8 warps, 3 stages) against programs of
-        # one warpgroup owning 128 rows, two to an SM (built for sm_90 without a GPU with Triton
-        # 3.6, the device's: 128x64 at 2 stages, 255 registers and 104 bytes spilled, 98 KB;
-        # 128x32 at 3 stages, 230 registers, 82 KB; each warpgroup's softmax can then run while
-        # the other program's products do), and the
-        # best of session 15's other tries, swept at 16k against SDPA's cuDNN backend (the 16k
-        # ratios ranked the configs as the 64k ones did, call 1); the winner then at 8k and 64k
-        # against both SDPA backends. Session 15: 256-row tiles over 16 warps lost
-        # (0.67-0.80x, call 3); lag_pv, each tile's P V issued after the next tile's Q K^T so
-        # that the softmax overlaps it (commit 4b1e15d, dropped), lost too (0.68-0.80x against
-        # 0.875x, call 7).
+        # one warpgroup owning 128 rows, two to an SM (built for sm_90 with the device's Triton
+        # 3.6: 128x64 at 2 stages, 255 registers and 104 bytes spilled, 98 KB; 128x32 at 3
+        # stages, 230 registers, 82 KB) and the best of session 15's other tries, swept at 16k
+        # against SDPA's cuDNN backend (the 16k ratios ranked the configs as the 64k ones did,
+        # session 15 call 1); the winner then at 8k and 64k against both SDPA backends. Lost in
+        # session 15: 256-row tiles over 16 warps (0.67-0.80x) and lag_pv (0.68-0.80x against
+        # 0.875x; commit 4b1e15d, dropped: ptxas waits before its softmax all the same).
         sweep prefill_attention triton_prefill_attention.py desc sdpa-cudnn b1-q16384-kv16384 \
             '{}' \
             '{"num_warps":4,"block_n":64,"num_stages":2}' \

@@ -8,9 +8,10 @@ Bottom-right aligned mask, so a chunk of queries at the end of a longer cache wo
 (TMA on sm_90: the copy engine fetches each tile, no address arithmetic in the threads);
 `loads="pointer"` also takes layouts TMA cannot address. `max_registers` caps the registers a
 thread may take (0: Triton's choice): at 128, two 8-warp programs whose shared memory fits
-twice (128x64 tiles at 2 stages, 98 KB) share an SM, so one's softmax can run while the other's
-products do. 256-row tiles over 16 warps stay in the search space though they lost at 16k on
-the H200 (docs/benchmarks/2026-11-30-h200-session15.md)."""
+twice (128x64 tiles at 2 stages, 98 KB) share an SM, but ptxas then serialises every wgmma to
+fit them (scripts/prefill_sm90_schedule.py), and it tied the defaults on the H200. 256-row
+tiles over 16 warps stay in the search space though they lost at 16k
+(docs/benchmarks/2026-11-30-h200-session15.md and -session16.md)."""
 
 import math
 
