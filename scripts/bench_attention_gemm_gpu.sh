@@ -245,12 +245,14 @@ for stage in $STAGES; do
         bench_best mla_decode triton_mla_decode.py rows b16-kv4096 b16-kv8192 b1-kv32768
         ;;
     prefill_attention)
-        # The defaults against SDPA pinned to its two fastest backends: eager is SDPA's own pick
-        # among them, and torch.compile compiles that same call (the 64k shape's float64
-        # reference alone takes seconds, so fewer runners keep the call under its cap). The
-        # configurations are swept in prefill_desc.
-        bench prefill_attention triton_prefill_attention.py default '{}' \
-            "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
+        # The Gluon candidate (its defaults won the prefill_gluon sweep, session 17) at every
+        # shape against SDPA pinned to its two fastest backends: eager is SDPA's own pick among
+        # them, and torch.compile compiles that same call (the long shapes' float64 reference
+        # alone takes seconds, so fewer runners keep the call under its cap).
+        bench prefill_attention gluon_prefill_attention.py default '{}' \
+            "--peer sdpa-flash --peer sdpa-cudnn" b8-q1024-kv1024 b1-q4096-kv4096 \
+            b1-q8192-kv8192 b1-q16384-kv16384 b1-q32768-kv32768 b1-q65536-kv65536 \
+            b1-q8192-kv131072
         ;;
     prefill_desc)
         # The defaults (descriptor loads, 128x128 tiles, 8 warps, 3 stages) against programs of

@@ -16,7 +16,8 @@
 #   sweep   scripts/rmsnorm_sweep.py: every RMSNorm variant at one shape, inductor's code dumped
 #   allreduce scripts/bench_allreduce_gpu.sh: P2P baselines and the all-reduce task (2+ GPUs)
 #   dispatch  scripts/dispatch_from_bench.py: dispatch tables and their Markdown from the bench
-#             JSON of earlier memtasks/gemmattn stages in the same call (and DISPATCH_FROM folders)
+#             JSON of earlier memtasks/gemmattn stages in the same call (and DISPATCH_FROM folders),
+#             over a copy of DISPATCH_BASE's tables where set (the tasks benched replace theirs)
 #   e2e       scripts/bench_e2e_block.py: decoder blocks eager / compiled / tuned (E2E_KINDS; the
 #             dispatch tables in E2E_DISPATCH, else those of an earlier dispatch, fullrun or run
 #             stage in the same call; E2E_ARGS, e.g. "--sizes decode:1:4096 --profile")
@@ -71,6 +72,9 @@ for stage in "$@"; do
         for d in "$OUT/memtasks" "$OUT/gemmattn" ${DISPATCH_FROM:-}; do
             [ -e "$d" ] && sources+=("$d")
         done
+        if [ -n "${DISPATCH_BASE:-}" ]; then
+            mkdir -p "$OUT/dispatch" && cp "$DISPATCH_BASE"/dispatch-*.json "$OUT/dispatch/"
+        fi
         timeout "$(limit 120)" python3 scripts/dispatch_from_bench.py "$OUT/dispatch" \
             "${sources[@]}" --markdown "$OUT/dispatch/dispatch.md" 2>&1 | tee "$OUT/dispatch.log" |
             grep -v '^|' | tail -20
