@@ -5,10 +5,10 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_rows] [prefill_attention] [prefill_desc]
+#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_gluon] [mla_rows] [prefill_attention] [prefill_desc]
 #       [prefill_gluon] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_rows,
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_gluon, mla_rows,
 # prefill_desc and prefill_gluon (estimated 5-7 minutes on an H200; split across calls if
 # needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
@@ -227,6 +227,17 @@ for stage in $STAGES; do
             '{"block_h":32,"block_n":64,"num_warps":8,"num_stages":2,"programs_per_sm":2}'
         bench_best mla_decode triton_mla_decode.py b1 b1-kv4096 b1-kv32768
         ;;
+    mla_gluon)
+        # The Gluon candidate (two warpgroups in turns, each owning half the output's columns,
+        # and a TMA loader warp) at its configurations that fit shared memory, swept against
+        # torch.compile at batch 1 (the DeepSeek block's sizes) and the batched shapes; the
+        # fastest at each then against every peer.
+        sweep mla_decode gluon_mla_decode.py gluon torch.compile \
+            b1-kv4096,b1-kv32768,b1-kv131072,b16-kv4096,b64-kv4096 \
+            '{}' '{"block_n":32,"num_stages":2}' '{"block_n":32,"num_stages":4}'
+        bench_best mla_decode gluon_mla_decode.py gluon b1-kv4096 b1-kv32768 b1-kv131072 \
+            b16-kv4096 b64-kv4096
+        ;;
     mla_rows)
         # The split kernel with tokens as rows (scores as tokens x heads, the output as rank x
         # heads: the latent tile is the first operand of both products, the queries stay in
@@ -249,10 +260,12 @@ for stage in $STAGES; do
         # shape against SDPA pinned to its two fastest backends: eager is SDPA's own pick among
         # them, and torch.compile compiles that same call (the long shapes' float64 reference
         # alone takes seconds, so fewer runners keep the call under its cap).
+        # PREFILL_SHAPES (space-separated) narrows the shapes.
+        # shellcheck disable=SC2086
         bench prefill_attention gluon_prefill_attention.py default '{}' \
-            "--peer sdpa-flash --peer sdpa-cudnn" b8-q1024-kv1024 b1-q4096-kv4096 \
+            "--peer sdpa-flash --peer sdpa-cudnn" ${PREFILL_SHAPES:-b8-q1024-kv1024 b1-q4096-kv4096 \
             b1-q8192-kv8192 b1-q16384-kv16384 b1-q32768-kv32768 b1-q65536-kv65536 \
-            b1-q8192-kv131072
+            b1-q8192-kv131072}
         ;;
     prefill_desc)
         # The defaults (descriptor loads, 128x128 tiles, 8 warps, 3 stages) against programs of

@@ -1,7 +1,9 @@
-"""What the MLA decode split kernel costs a thread on Hopper, per configuration, compiled here
+"""What the MLA decode split kernels cost a thread on Hopper, per configuration, compiled here
 for sm_90 without a GPU: registers, bytes spilled to local memory, shared memory, and whether
 its products use wgmma. A configuration that spills, or needs more shared memory than an SM has
-(227 KiB), is not worth device time.
+(227 KiB), is not worth device time. Then the Gluon candidate's configurations: the same, with
+its wgmma instructions and the groups ptxas chains them into, and its exponentials issued while
+a group is in flight (scripts/prefill_sm90_schedule.py's counts).
 
     uv run python scripts/mla_sm90_resources.py [--json OUT]
 """
@@ -18,8 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.kernels.task_checks import hopper_build, sm90_resources  # noqa: E402
+from tests.kernels.task_checks import hopper_build, sm90_resources, sm90_sass  # noqa: E402
 from tests.source_files import import_file  # noqa: E402
+
+schedule = import_file(ROOT / "scripts" / "prefill_sm90_schedule.py")
+GLUON = ROOT / "kernels" / "mla_decode" / "gluon_mla_decode.py"
 
 # (block_h, block_n, num_warps, num_stages)
 CONFIGS = [
@@ -53,6 +58,37 @@ def resources(kernel, block_h: int, block_n: int, warps: int, stages: int, rows:
     return row | sm90_resources(compiled) | {"mma": mma}
 
 
+def gluon_build(block_n: int, stages: int):
+    """The Gluon candidate's split kernel at these parameters, its descriptors' types those of
+    the candidate's own host descriptors (of bf16 tensors here on the CPU)."""
+    import torch
+    from triton.runtime.jit import mangle_type
+
+    module = import_file(GLUON)
+    shapes = {"qn_desc": (module.HEADS, 512), "qp_desc": (module.HEADS, 64)}
+    shapes |= {"c_desc": (block_n, 512), "p_desc": (block_n, 64)}
+    types = {
+        name: mangle_type(module._descriptor(torch.zeros(1, 1024, cols, dtype=torch.bfloat16), r))
+        for name, (r, cols) in shapes.items()
+    }
+    types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
+    types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
+    constexprs = {"BLOCK_N": block_n, "STAGES": stages}
+    return hopper_build(
+        module._split_kernel, types, constexprs, num_warps=4, multiples_of_16=("heads", "kv_len")
+    )
+
+
+def gluon_resources(block_n: int, stages: int) -> dict:
+    """One Gluon configuration's sm_90 build: resources, wgmma groups, exponentials in flight."""
+    compiled = gluon_build(block_n, stages)
+    sass = sm90_sass(compiled)
+    wgmma, groups = schedule.hgmma_groups(sass)
+    in_flight, ex2 = schedule.ex2_in_flight_sass(sass)
+    row = {"block_n": block_n, "num_stages": stages, **sm90_resources(compiled)}
+    return row | {"wgmma": wgmma, "groups": groups, "ex2": ex2, "ex2_in_flight_sass": in_flight}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the rows here")
@@ -71,8 +107,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{head} {r['registers']:>5} {r['spill_bytes']:>7} {r['shared_bytes']:>7}"
             f"  {r['mma']:<8} {'yes' if fits else 'no'}"
         )
+    module = import_file(GLUON)
+    gluon = [
+        gluon_resources(n, s)
+        for n in module.PARAMS["block_n"]
+        for s in module.PARAMS["num_stages"]
+        if module.shared_bytes(n, s) <= module.SHARED_BYTES
+    ]
+    print("\ngluon block_n stages  regs spilled  shared  wgmma (groups)  ex2 in flight (SASS)")
+    for r in gluon:
+        print(
+            f"{r['block_n']:>13} {r['num_stages']:>6} {r['registers']:>5} {r['spill_bytes']:>7}"
+            f" {r['shared_bytes']:>7} {r['wgmma']:>6} ({r['groups']:>3})"
+            f"  {r['ex2_in_flight_sass']} of {r['ex2']}"
+        )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"triton": rows, "gluon": gluon}, indent=1))
     return 0
 
 

@@ -130,7 +130,7 @@ PEERS = {"eager": eager, "sdpa-mqa": sdpa}
 COMPILED_PEERS = {"torch.compile": False}
 
 CANDIDATES = {
-    "cuda": ["triton_mla_decode.py", "torch_mla_decode.py"],
+    "cuda": ["triton_mla_decode.py", "gluon_mla_decode.py", "torch_mla_decode.py"],
     "cpu": ["torch_mla_decode.py"],
 }
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,3 +208,136 @@ def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
     q_nope, q_pe, ckv, kpe = task.make_inputs(task.shapes("cpu")[0], 1, "cpu")
     with pytest.raises(ValueError, match="the cache is empty"):
         module.kernel(q_nope, q_pe, ckv[:, :0], kpe[:, :0])
+
+
+# ----------------------------------------------------------------------- the Gluon candidate
+
+
+def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
+    assert "gluon_mla_decode.py" in task.candidates["cuda"]
+    assert "gluon_mla_decode.py" not in task.candidates["cpu"]
+
+
+def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """Its kernel takes contiguous bf16/fp16 inputs of rank 512 and rope 64, heads in blocks of
+    64 and whole cache tiles on sm_90; anything else is refused before any launch, pointing to
+    the Triton candidate."""
+    module = candidate_module(task, "gluon_mla_decode.py")
+
+    def bf16(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.bfloat16)
+
+    qn, qp, ckv, kpe = bf16(1, 128, 512), bf16(1, 128, 64), bf16(1, 256, 512), bf16(1, 256, 64)
+    cases = [
+        ((qn.float(), qp.float(), ckv.float(), kpe.float()), "bf16 or fp16"),
+        ((qn, qp.half(), ckv, kpe), "one dtype"),
+        ((qn, qp, bf16(1, 256, 1024)[:, :, :512], kpe), "contiguous"),
+        ((bf16(1, 128, 256), qp, bf16(1, 256, 256), kpe), "rank 512 and rope 64"),
+        ((qn, qp, ckv, bf16(1, 192, 64)), "does not match"),
+        ((bf16(1, 96, 512), bf16(1, 96, 64), ckv, kpe), "heads 96"),
+        ((qn, qp, bf16(1, 200, 512), bf16(1, 200, 64)), "kv_len 200"),
+        ((qn, qp, bf16(1, 0, 512), bf16(1, 0, 64)), "kv_len 0"),
+        ((qn[0], qp[0], ckv[0], kpe[0]), "3-D"),
+        ((qn, qp, ckv, kpe), "sm_90 GPU"),  # here on the CPU
+    ]
+    for inputs, why in cases:
+        with pytest.raises(ValueError, match=f"{why}.*triton_mla_decode.py"):
+            module.kernel(*inputs)
+    with pytest.raises(ValueError, match="num_stages 1"):
+        module.kernel(qn, qp, ckv, kpe, num_stages=1)
+    with pytest.raises(ValueError, match=r"block_n 64 at 3 stages needs \d+ bytes"):
+        module.kernel(qn, qp, ckv, kpe, num_stages=3)
+    shifted = torch.zeros(ckv.numel() + 1, dtype=torch.bfloat16)[1:].view(ckv.shape)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        module.kernel(qn, qp, shifted, kpe)
+
+
+def test_gluon_splits_fill_one_wave_without_a_second(task) -> None:
+    split_tiles = candidate_module(task, "gluon_mla_decode.py").split_tiles
+    # 132 SMs, 128 heads in 2 programs of 64: programs x splits <= 132.
+    assert split_tiles(2, 512, 132) == 8  # batch 1 at 32k: 64 splits
+    assert split_tiles(2, 3, 132) == 1  # never more splits than tiles
+    assert split_tiles(32, 64, 132) == 16  # batch 16 at 4k: 4 splits
+    assert split_tiles(128, 64, 132) == 64  # batch 64: one split
+
+
+# The Gluon file's merge (a Triton kernel) under the interpreter, in a Python of its own: the
+# reference cut into 37 splits by hand (partials and their log2-sum-exp), merged 16 a step.
+GLUON_MERGE = """
+import json, math
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("mla_decode")
+module = candidate_module(task, "gluon_mla_decode.py")
+gen = torch.Generator().manual_seed(3)
+b, h, n, r, splits = 2, 3, 37 * 4, 32, 37
+qn, qp, ckv, kpe = (torch.randn(s, generator=gen, dtype=torch.float64)
+                    for s in ((b, h, r), (b, h, 8), (b, n, r), (b, n, 8)))
+scores = (qn @ ckv.transpose(1, 2) + qp @ kpe.transpose(1, 2)) / math.sqrt(192)
+want = torch.softmax(scores, -1) @ ckv
+parts = scores.view(b, h, splits, n // splits) * math.log2(math.e)
+lse = torch.logsumexp(parts / math.log2(math.e), -1) * math.log2(math.e)
+w = torch.exp2(parts - lse[..., None])
+po = torch.einsum("bhst,bstr->bhsr", w, ckv.view(b, splits, n // splits, r))
+out = torch.empty(b, h, r, dtype=torch.float32)
+module._merge_kernel[(b * h,)](po.float().contiguous(), lse.float().contiguous(), out, splits,
+                               R=r, BLOCK_S=16)
+print(json.dumps(float((out.double() - want).abs().max())))
+"""
+
+
+def test_gluon_merge_weights_the_splits_by_their_log_sum_exp(task) -> None:
+    assert json.loads(run_interpreted(GLUON_MERGE)) < 1e-5
+
+
+# What the task's GPU shapes (bf16, 128 heads, caches of 4k tiles) leave out: fp16, 64 and 192
+# heads, one tile, a last split shorter than the others. In a child process with a time limit:
+# a hang fails the test.
+GLUON_PATHS = """
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("mla_decode")
+module = candidate_module(task, "gluon_mla_decode.py")
+cases = [
+    (1, 64, 64, torch.bfloat16, {}),
+    (2, 192, 320, torch.float16, {"block_n": 32, "num_stages": 4}),
+    (3, 128, 4160, torch.bfloat16, {}),
+    (1, 128, 8192 + 32, torch.float16, {"block_n": 32, "num_stages": 3}),
+]
+gen = torch.Generator(device="cuda").manual_seed(0)
+for b, h, n, dtype, params in cases:
+    inputs = [torch.randn(s, generator=gen, device="cuda").to(dtype)
+              for s in ((b, h, 512), (b, h, 64), (b, n, 512), (b, n, 64))]
+    inputs[0] *= 0.3
+    got = module.kernel(*inputs, **params).double()
+    want = task.reference(*(t.double() for t in inputs))
+    err = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
+    print(b, h, n, dtype, params, f"{err:.2e}", flush=True)
+    assert err < tol, (err, tol)
+"""
+
+
+@pytest.mark.gpu
+def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-c", GLUON_PATHS], cwd=root, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "params", [{}, {"block_n": 32, "num_stages": 4}, {"block_n": 32, "num_stages": 2}]
+)
+def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
+    from loop.evaluator import CandidateSpec, evaluate
+
+    spec = CandidateSpec(task.folder / "gluon_mla_decode.py", params)
+    ev = evaluate(task, [spec], "cuda")
+    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons

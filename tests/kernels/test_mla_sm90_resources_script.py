@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,25 @@ def test_a_build_reports_registers_spills_shared_memory_and_its_products() -> No
     assert 0 < row["registers"] <= 255
     assert row["spill_bytes"] >= 0 and row["shared_bytes"] > 0
     assert row["mma"] in ("wgmma", "mma.sync")
+
+
+@pytest.mark.parametrize("block_n, stages", [(32, 2), (32, 4)])
+def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages) -> None:
+    """The Gluon split kernel at 32-key tiles fits an SM's shared memory; its warps are split
+    into partitions with their own register budgets (setmaxnreg), and ptxas keeps each chunk's
+    products chained: 13 groups a tile (nine score chunks, four output chunks) at each of the
+    four places that issue them, not one an instruction (at 64-key tiles Triton 3.9's build
+    serialises them all; 3.6's, the H200's, does not)."""
+    pytest.importorskip("triton")
+    script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
+    module = import_file(script.GLUON)
+    compiled = script.gluon_build(block_n, stages)
+    row = script.gluon_resources(block_n, stages)
+    assert 0 < row["shared_bytes"] <= module.SHARED_BYTES
+    budgets = {
+        int(n)
+        for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", compiled.asm["ptx"])
+    }
+    assert {24, 240} <= budgets
+    assert row["groups"] == 4 * 13 < row["wgmma"], "ptxas serialised the products"
+    assert row["ex2"] > 0
