@@ -261,11 +261,12 @@ for stage in $STAGES; do
         # them, and torch.compile compiles that same call (the long shapes' float64 reference
         # alone takes seconds, so fewer runners keep the call under its cap).
         # PREFILL_SHAPES (space-separated) narrows the shapes.
-        # shellcheck disable=SC2086
+        shapes=(b8-q1024-kv1024 b1-q4096-kv4096 b1-q8192-kv8192 b1-q16384-kv16384
+            b1-q32768-kv32768 b1-q65536-kv65536 b1-q8192-kv131072)
+        # shellcheck disable=SC2206
+        [ -n "${PREFILL_SHAPES:-}" ] && shapes=($PREFILL_SHAPES)
         bench prefill_attention gluon_prefill_attention.py default '{}' \
-            "--peer sdpa-flash --peer sdpa-cudnn" ${PREFILL_SHAPES:-b8-q1024-kv1024 b1-q4096-kv4096 \
-            b1-q8192-kv8192 b1-q16384-kv16384 b1-q32768-kv32768 b1-q65536-kv65536 \
-            b1-q8192-kv131072}
+            "--peer sdpa-flash --peer sdpa-cudnn" "${shapes[@]}"
         ;;
     prefill_desc)
         # The defaults (descriptor loads, 128x128 tiles, 8 warps, 3 stages) against programs of
