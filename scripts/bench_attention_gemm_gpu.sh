@@ -232,11 +232,14 @@ for stage in $STAGES; do
         # and a TMA loader warp) at its configurations that fit shared memory, swept against
         # torch.compile at batch 1 (the DeepSeek block's sizes) and the batched shapes; the
         # fastest at each then against every peer.
-        sweep mla_decode gluon_mla_decode.py gluon torch.compile \
-            b1-kv4096,b1-kv32768,b1-kv131072,b16-kv4096,b64-kv4096 \
+        # MLA_GLUON_SHAPES (space-separated) narrows the shapes.
+        shapes=(b1-kv4096 b1-kv32768 b1-kv131072 b4-kv131072 b16-kv4096 b16-kv8192 b64-kv4096)
+        # shellcheck disable=SC2206
+        [ -n "${MLA_GLUON_SHAPES:-}" ] && shapes=($MLA_GLUON_SHAPES)
+        listed=$(IFS=,; echo "${shapes[*]}")
+        sweep mla_decode gluon_mla_decode.py gluon torch.compile "$listed" \
             '{}' '{"block_n":32,"num_stages":2}' '{"block_n":32,"num_stages":4}'
-        bench_best mla_decode gluon_mla_decode.py gluon b1-kv4096 b1-kv32768 b1-kv131072 \
-            b16-kv4096 b64-kv4096
+        bench_best mla_decode gluon_mla_decode.py gluon "${shapes[@]}"
         ;;
     mla_rows)
         # The split kernel with tokens as rows (scores as tokens x heads, the output as rank x
