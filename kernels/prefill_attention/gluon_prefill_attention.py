@@ -15,8 +15,7 @@ product in flight over it in the PTX, but the in-flight scores then cross the lo
 and ptxas serialises every wgmma (tried and dropped). `pairs` takes the unmasked tiles two an
 iteration instead: the second's Q K^T is issued with the first's products and stays in flight
 over the first's softmax, and nothing in flight crosses the loop's edge (64-key tiles only: at
-128 it spills and is serialised). Heads vary fastest in the grid and query blocks run heaviest
-first, so the longest programs of every head start in the first wave; bottom-right aligned mask.
+128 it spills and is serialised). Heaviest query blocks first; bottom-right aligned mask.
 
 Runs on sm_90 with bf16 or fp16 inputs whose lengths are multiples of the tiles and whose
 (batch, heads, length, head_dim) layout is contiguous; anything else is a ValueError naming
@@ -249,8 +248,8 @@ def _attn_fwd(q_desc, k_desc, v_desc, o_ptr, q_len, kv_len, scale_log2,
               BLOCK_N: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
               PAIRS: gl.constexpr):  # fmt: skip
     ROWS: gl.constexpr = 2 * HALF
-    bh = gl.program_id(0)
-    pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+    pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    bh = gl.program_id(1)
     offset = kv_len - q_len
     m0 = pid_m * ROWS
     q_row = bh * q_len + m0
@@ -333,8 +332,8 @@ def _refusal(
         return f"num_stages {stages}: the ring needs 2 buffers at least"
     if pairs and block_n != 64:
         return "pairs need 64-key tiles (at 128 they spill and ptxas serialises the products)"
-    if q.shape[2] // BLOCK_M > 65535:
-        return f"q_len {q.shape[2]}: {q.shape[2] // BLOCK_M} query blocks, above the grid's 65535"
+    if q.shape[0] * q.shape[1] > 65535:
+        return f"batch x heads {q.shape[0] * q.shape[1]} above the grid's 65535"
     shared = 2 * d * (BLOCK_M + 2 * stages * block_n) + 1024  # tiles, barriers with room
     if shared > SHARED_BYTES:
         return f"block_n {block_n} at {stages} stages needs {shared} bytes of shared memory"
@@ -365,7 +364,7 @@ def kernel(
         return o
     descs = [_descriptor(t, rows) for t, rows in ((q, BLOCK_M), (k, block_n), (v, block_n))]
     with torch.cuda.device(q.device):
-        _attn_fwd[(b * h, q_len // BLOCK_M)](
+        _attn_fwd[(q_len // BLOCK_M, b * h)](
             *descs, o, q_len, k.shape[2], LOG2E / math.sqrt(d), BLOCK_N=block_n, D=d,
             STAGES=num_stages, PAIRS=pairs, num_warps=4,
         )  # fmt: skip

@@ -180,9 +180,9 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
         module.kernel(q, q, q, num_stages=1)
     with pytest.raises(ValueError, match="pairs need 64-key tiles"):
         module.kernel(q, q, q, pairs=True)
-    long = torch.empty(1, 1, 65536 * 128, 64, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(ValueError, match="65536 query blocks, above the grid's 65535"):
-        module.kernel(long, long, long)
+    wide = torch.empty(1, 65536, 128, 64, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="batch x heads 65536 above the grid's 65535"):
+        module.kernel(wide, wide, wide)
 
 
 # What the task's GPU shapes (head_dim 128, bf16, causal offsets a multiple of 128) leave out:
