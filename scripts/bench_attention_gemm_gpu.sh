@@ -229,7 +229,8 @@ for stage in $STAGES; do
         ;;
     mla_gluon)
         # The Gluon candidate (two warpgroups in turns, each owning half the output's columns,
-        # and a TMA loader warp) at its configurations that fit shared memory, swept against
+        # and a TMA loader warp) at its configurations that fit shared memory (32-key tiles at 2
+        # stages lost at every shape, session 17 call 3: 0.79-0.94x torch.compile), swept against
         # torch.compile at batch 1 (the DeepSeek block's sizes) and the batched shapes; the
         # fastest at each then against every peer.
         # MLA_GLUON_SHAPES (space-separated) narrows the shapes.
@@ -238,7 +239,8 @@ for stage in $STAGES; do
         [ -n "${MLA_GLUON_SHAPES:-}" ] && shapes=($MLA_GLUON_SHAPES)
         listed=$(IFS=,; echo "${shapes[*]}")
         sweep mla_decode gluon_mla_decode.py gluon torch.compile "$listed" \
-            '{}' '{"block_n":32,"num_stages":2}' '{"block_n":32,"num_stages":4}'
+            '{}' '{"block_n":32,"num_stages":4}' '{"eager_values":true}' \
+            '{"block_n":32,"num_stages":4,"eager_values":true}'
         bench_best mla_decode gluon_mla_decode.py gluon "${shapes[@]}"
         ;;
     mla_rows)

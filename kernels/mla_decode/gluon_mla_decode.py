@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LANGUAGE = "triton"
-PARAMS = {"block_n": [32, 64], "num_stages": [2, 3, 4]}
+PARAMS = {"block_n": [32, 64], "num_stages": [2, 3, 4], "eager_values": [False, True]}
 
 LOG2E = 1.4426950408889634
 SCALE_DIM = 192
@@ -46,7 +46,8 @@ HEADS = 64  # a program's heads: one wgmma is 64 rows tall
 CHUNK = gl.constexpr(64)  # columns of a shared-memory chunk (a 128-byte swizzled row)
 CHUNKS = gl.constexpr((RANK + ROPE) // 64)  # latent chunks 0-7, the rope chunk 8
 HALF_CHUNKS = gl.constexpr(RANK // 64 // 2)  # the latent chunks of a warpgroup's output half
-MERGE_SPLITS = 16  # splits the merge reads a step
+MERGE_SPLITS = 64  # at most, the splits the merge reads a step
+MERGE_COLUMNS = 128  # the columns of a merge program
 ROWS = gl.constexpr(HEADS)
 OUT_COLS = gl.constexpr(RANK)
 
@@ -97,8 +98,20 @@ def _values(p, kv_smem, stage, o0, o1, o2, o3, W: gl.constexpr):
 
 
 @gluon.jit
-def _scaled(o, alpha):
-    return o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o.type.layout)), 1)
+def _softmax(s, m_i, l_i, scale_log2):
+    """Probabilities of one score tile (log2 units, scale folded in), the new row maxima, the
+    factor that rescales what came before, and the new row sums."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
+    p = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    return p, m_new, alpha, l_i * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _scaled(o0, o1, o2, o3, alpha):
+    """The four output chunks, each row times alpha."""
+    a = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o0.type.layout)), 1)
+    return o0 * a, o1 * a, o2 * a, o3 * a
 
 
 @gluon.jit
@@ -114,7 +127,8 @@ def _store(o, inv_l, po_ptr, rows, col0):
 
 @gluon.jit
 def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles, scale_log2,
-              W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+              W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              EAGER_VALUES: gl.constexpr):  # fmt: skip
     """One warpgroup: the program's 64 heads over every tile of its split, for output columns
     256 W .. 256 W + 255; the two warpgroups take turns at the tensor cores, so one's softmax
     runs under the other's products (flash attention 3's ping-pong)."""
@@ -144,34 +158,47 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
     o2 = o0
     o3 = o0
 
-    # Tile j: S_j and P_{j-1} V_{j-1} issued in this warpgroup's turn, then the softmax of S_j.
-    for j in range(1, n_tiles):
-        stage = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-        mbarrier.wait(turn.index(W), j & 1)
-        s = _scores(q_smem, kv_smem, stage, s_zero)
-        o0, o1, o2, o3 = _values(p, kv_smem, prev, o0, o1, o2, o3, W)
-        mbarrier.arrive(turn.index(1 - W))
-        # Groups finish in order: four left in flight means S_j is done.
-        s = warpgroup_mma_wait(num_outstanding=4, deps=(s,))
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
-        p_new = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1))
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p_new, axis=1)
-        m_i = m_new
+    if EAGER_VALUES:
+        # Each tile's P V issued straight after its softmax (tile 0's at once), so its buffer
+        # goes back to the loader a tile sooner; S_j alone in this warpgroup's turn.
+        o0, o1, o2, o3 = _values(p, kv_smem, 0, o0, o1, o2, o3, W)
         o0, o1, o2, o3, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, p))
-        mbarrier.arrive(free.index(prev))
-        o0 = _scaled(o0, alpha)
-        o1 = _scaled(o1, alpha)
-        o2 = _scaled(o2, alpha)
-        o3 = _scaled(o3, alpha)
-        p = gl.convert_layout(p_new.to(q_smem.dtype), p_layout)
-
-    last = (n_tiles - 1) % STAGES
-    o0, o1, o2, o3 = _values(p, kv_smem, last, o0, o1, o2, o3, W)
-    o0, o1, o2, o3, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, p))
-    mbarrier.arrive(free.index(last))
+        mbarrier.arrive(free.index(0))
+        for j in range(1, n_tiles):
+            stage = j % STAGES
+            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+            mbarrier.wait(turn.index(W), j & 1)
+            s = _scores(q_smem, kv_smem, stage, s_zero)
+            mbarrier.arrive(turn.index(1 - W))
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            p_new, m_i, alpha, l_i = _softmax(s, m_i, l_i, scale_log2)
+            o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
+            p = gl.convert_layout(p_new.to(q_smem.dtype), p_layout)
+            o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
+            o0, o1, o2, o3, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, p))
+            mbarrier.arrive(free.index(stage))
+    else:
+        # Tile j: S_j and P_{j-1} V_{j-1} issued in this warpgroup's turn, then the softmax of
+        # S_j.
+        for j in range(1, n_tiles):
+            stage = j % STAGES
+            prev = (j - 1) % STAGES
+            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+            mbarrier.wait(turn.index(W), j & 1)
+            s = _scores(q_smem, kv_smem, stage, s_zero)
+            o0, o1, o2, o3 = _values(p, kv_smem, prev, o0, o1, o2, o3, W)
+            mbarrier.arrive(turn.index(1 - W))
+            # Groups finish in order: four left in flight means S_j is done.
+            s = warpgroup_mma_wait(num_outstanding=4, deps=(s,))
+            p_new, m_i, alpha, l_i = _softmax(s, m_i, l_i, scale_log2)
+            o0, o1, o2, o3, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, p))
+            mbarrier.arrive(free.index(prev))
+            o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
+            p = gl.convert_layout(p_new.to(q_smem.dtype), p_layout)
+        last = (n_tiles - 1) % STAGES
+        o0, o1, o2, o3 = _values(p, kv_smem, last, o0, o1, o2, o3, W)
+        o0, o1, o2, o3, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, p))
+        mbarrier.arrive(free.index(last))
 
     heads = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
     rows = (q_row + heads).to(gl.int64) * n_splits  # partial outputs: (sequence, head, split)
@@ -187,8 +214,8 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
 
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
-                  tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
-                  STAGES: gl.constexpr):  # fmt: skip
+                  tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  EAGER_VALUES: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -220,9 +247,11 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
     gl.warp_specialize(
         [
             (_consumer, (q_smem, kv_smem, bars, po_ptr + split * OUT_COLS, plse_ptr + split,
-                         q_row, n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES)),
+                         q_row, n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES,
+                         EAGER_VALUES)),
             (_consumer, (q_smem, kv_smem, bars, po_ptr + split * OUT_COLS, plse_ptr + split,
-                         q_row, n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
+                         q_row, n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES,
+                         EAGER_VALUES)),
             (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_row,
                        n_tiles, BLOCK_N, STAGES)),
         ],
@@ -232,14 +261,16 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
 
 
 @triton.jit
-def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_S: tl.constexpr):
-    """One (sequence, head): the splits' partial outputs weighted by their log-sum-exp, read
-    BLOCK_S splits a step with a running maximum (one pass over the partials)."""
+def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_R: tl.constexpr,
+                  BLOCK_S: tl.constexpr):  # fmt: skip
+    """BLOCK_R columns of one (sequence, head): the splits' partial outputs weighted by their
+    log-sum-exp, read BLOCK_S splits a step with a running maximum (one pass over the
+    partials; at batch 1 one step, the columns spread over four programs a head)."""
     row = tl.program_id(0).to(tl.int64)
-    rr = tl.arange(0, R)
+    rr = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     m = tl.max(tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32), axis=0)
     den = tl.sum(tl.zeros((BLOCK_S,), dtype=tl.float32), axis=0)
-    acc = tl.zeros((R,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
     for s0 in range(0, n_splits, BLOCK_S):
         offs = s0 + tl.arange(0, BLOCK_S)
         ok = offs < n_splits
@@ -321,6 +352,7 @@ def kernel(
     kpe: torch.Tensor,
     block_n: int = 64,
     num_stages: int = 2,
+    eager_values: bool = False,
 ) -> torch.Tensor:
     why = _refusal(q_nope, q_pe, ckv, kpe, block_n, num_stages)
     if why is not None:
@@ -342,9 +374,10 @@ def kernel(
     with torch.cuda.device(device):
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
-            BLOCK_N=block_n, STAGES=num_stages, num_warps=4,
+            BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values), num_warps=4,
         )  # fmt: skip
-        _merge_kernel[(b * h,)](
-            part_o, part_lse, out, n_splits, R=r, BLOCK_S=MERGE_SPLITS, num_warps=4
-        )
+        _merge_kernel[(b * h, r // MERGE_COLUMNS)](
+            part_o, part_lse, out, n_splits, R=r, BLOCK_R=MERGE_COLUMNS,
+            BLOCK_S=min(MERGE_SPLITS, triton.next_power_of_2(n_splits)), num_warps=4,
+        )  # fmt: skip
     return out

@@ -23,18 +23,20 @@ def test_a_build_reports_registers_spills_shared_memory_and_its_products() -> No
     assert row["mma"] in ("wgmma", "mma.sync")
 
 
-@pytest.mark.parametrize("block_n, stages", [(32, 2), (32, 4)])
-def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages) -> None:
-    """The Gluon split kernel at 32-key tiles fits an SM's shared memory; its warps are split
+@pytest.mark.parametrize(
+    "block_n, stages, eager", [(32, 2, False), (32, 4, False), (32, 4, True), (64, 2, True)]
+)
+def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages, eager) -> None:
+    """The Gluon split kernel fits an SM's shared memory; its warps are split
     into partitions with their own register budgets (setmaxnreg), and ptxas keeps each chunk's
     products chained: 13 groups a tile (nine score chunks, four output chunks) at each of the
-    four places that issue them, not one an instruction (at 64-key tiles Triton 3.9's build
-    serialises them all; 3.6's, the H200's, does not)."""
+    four places that issue them, not one an instruction (at 64-key tiles without eager_values
+    Triton 3.9's build serialises them all; 3.6's, the H200's, does not)."""
     pytest.importorskip("triton")
     script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
     module = import_file(script.GLUON)
-    compiled = script.gluon_build(block_n, stages)
-    row = script.gluon_resources(block_n, stages)
+    compiled = script.gluon_build(block_n, stages, eager)
+    row = script.gluon_resources(block_n, stages, eager)
     assert 0 < row["shared_bytes"] <= module.SHARED_BYTES
     budgets = {
         int(n)
