@@ -346,6 +346,18 @@ def run_interpreted(script: str, *args: str) -> str:
     return done.stdout
 
 
+def run_in_child(script: str, timeout: float = 240) -> None:
+    """Run `script` in a fresh Python from the checkout's root, failing the test where it exits
+    non-zero or outlives `timeout` seconds (a GPU kernel that hangs fails, not the whole run)."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=timeout
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def kept_counts_after_interpreted_calls(task: Task, candidate: str, calls: str) -> list[int]:
     """Under the interpreter, in a fresh process: run `calls` (Python in which `m` is the
     candidate module, `task` the task module and `gen` a seeded torch generator), then sum each

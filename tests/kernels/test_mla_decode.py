@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +16,7 @@ from tests.kernels.task_checks import (
     assert_weights_stream_before_the_wait,
     candidate_module,
     hopper_ptx,
+    run_in_child,
     run_interpreted,
 )
 
@@ -332,11 +330,7 @@ for b, h, n, dtype, params in cases:
 
 @pytest.mark.gpu
 def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run(
-        [sys.executable, "-c", GLUON_PATHS], cwd=root, capture_output=True, text=True, timeout=240
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run_in_child(GLUON_PATHS)
 
 
 @pytest.mark.gpu

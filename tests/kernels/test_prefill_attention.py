@@ -4,9 +4,6 @@ candidates (CPU; Triton under the interpreter)."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +11,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import evaluate_on_cpu, mutated
-from tests.kernels.task_checks import candidate_module
+from tests.kernels.task_checks import candidate_module, run_in_child
 
 TRITON_PARAMS = {"block_m": 16, "block_n": 16, "num_stages": 1}
 
@@ -221,11 +218,7 @@ for b, h, q_len, kv_len, d, dtype, params in cases:
 
 @pytest.mark.gpu
 def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run(
-        [sys.executable, "-c", GLUON_PATHS], cwd=root, capture_output=True, text=True, timeout=240
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run_in_child(GLUON_PATHS)
 
 
 def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
