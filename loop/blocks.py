@@ -501,7 +501,20 @@ def _tuned_op(
             modules[path] = _load_module(path)
         notes.append(f"{where}: {choice.name} ({origin}) {choice.params} (tuned on {choice.shape})")
         kernel = functools.partial(modules[path].kernel, **choice.params)
-        return (lambda *args: kernel(*_contiguous(args))), True
+        refused: list[str] = []
+
+        def run_kernel(*args):
+            # A candidate refuses inputs it cannot run with a ValueError naming why (a cache
+            # length off its tile, say, though the table's bucket holds it): eager runs them.
+            if not refused:
+                try:
+                    return kernel(*_contiguous(args))
+                except ValueError as exc:
+                    refused.append(str(exc))
+                    notes.append(f"{where}: {choice.name} refused the inputs ({exc}), eager")
+            return eager(*args)
+
+        return run_kernel, True
 
     # What the compiler traces is fixed before any tracing: dynamo reads a list once per frame,
     # so one that grew between two call sites of this op would be read stale. Kernels go into

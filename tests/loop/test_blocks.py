@@ -394,6 +394,22 @@ def test_a_vendor_peer_that_wins_runs_instead_of_the_eager_op(tmp_path: Path) ->
     assert any("peer 'sdpa-gqa' wins, the task's sdpa-gqa" in n for n in ops.notes), ops.notes
 
 
+def test_a_candidate_that_refuses_the_inputs_leaves_them_to_eager(tmp_path: Path) -> None:
+    """The Gluon MLA kernel refuses these inputs (off its tile and on the CPU, with a ValueError
+    naming why); the block still decodes, with eager attention, and the note says so."""
+    rows = _entries(MLA, "decode")["mla_decode"]
+    for row in rows:
+        row.update(name="gluon_mla_decode.py", params={})
+    _write_tables(tmp_path, {"mla_decode": rows})
+    ops = tuned_ops(tmp_path, "cpu")
+    tuned = _run(MLA, ops, "decode")
+    eager = _run(MLA, eager_ops(), "decode")
+    for t, e in zip(tuned, eager, strict=True):
+        assert _rel(t, e) < 1e-6
+    refusals = [n for n in ops.notes if "gluon_mla_decode.py refused the inputs" in n]
+    assert refusals and "use triton_mla_decode.py" in refusals[0], ops.notes
+
+
 def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
     entries = _entries(LLAMA, "decode")
     for row in entries["swiglu"]:
