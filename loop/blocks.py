@@ -501,16 +501,17 @@ def _tuned_op(
             modules[path] = _load_module(path)
         notes.append(f"{where}: {choice.name} ({origin}) {choice.params} (tuned on {choice.shape})")
         kernel = functools.partial(modules[path].kernel, **choice.params)
-        refused: list[str] = []
+        refused = False
 
         def run_kernel(*args):
             # A candidate refuses inputs it cannot run with a ValueError naming why (a cache
             # length off its tile, say, though the table's bucket holds it): eager runs them.
+            nonlocal refused
             if not refused:
                 try:
                     return kernel(*_contiguous(args))
                 except ValueError as exc:
-                    refused.append(str(exc))
+                    refused = True
                     notes.append(f"{where}: {choice.name} refused the inputs ({exc}), eager")
             return eager(*args)
 

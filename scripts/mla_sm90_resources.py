@@ -3,7 +3,8 @@ for sm_90 without a GPU: registers, bytes spilled to local memory, shared memory
 its products use wgmma. A configuration that spills, or needs more shared memory than an SM has
 (227 KiB), is not worth device time. Then the Gluon candidate's configurations: the same, with
 its wgmma instructions and the groups ptxas chains them into, and its exponentials issued while
-a group is in flight (scripts/prefill_sm90_schedule.py's counts).
+a group is in flight (tests/kernels/task_checks.py's counts, as scripts/prefill_sm90_schedule.py
+reads them).
 
     uv run python scripts/mla_sm90_resources.py [--json OUT]
 """
@@ -20,10 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.kernels.task_checks import hopper_build, sm90_resources, sm90_sass  # noqa: E402
+from tests.kernels.task_checks import (  # noqa: E402
+    ex2_in_flight_sass,
+    hgmma_groups,
+    hopper_build,
+    sm90_resources,
+    sm90_sass,
+)
 from tests.source_files import import_file  # noqa: E402
 
-schedule = import_file(ROOT / "scripts" / "prefill_sm90_schedule.py")
 GLUON = ROOT / "kernels" / "mla_decode" / "gluon_mla_decode.py"
 
 # (block_h, block_n, num_warps, num_stages)
@@ -83,8 +89,8 @@ def gluon_resources(block_n: int, stages: int, eager_values: bool = False) -> di
     """One Gluon configuration's sm_90 build: resources, wgmma groups, exponentials in flight."""
     compiled = gluon_build(block_n, stages, eager_values)
     sass = sm90_sass(compiled)
-    wgmma, groups = schedule.hgmma_groups(sass)
-    in_flight, ex2 = schedule.ex2_in_flight_sass(sass)
+    wgmma, groups = hgmma_groups(sass)
+    in_flight, ex2 = ex2_in_flight_sass(sass)
     row = {"block_n": block_n, "num_stages": stages, "eager_values": eager_values}
     row |= sm90_resources(compiled)
     return row | {"wgmma": wgmma, "groups": groups, "ex2": ex2, "ex2_in_flight_sass": in_flight}

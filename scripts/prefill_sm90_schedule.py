@@ -30,7 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loop.evaluator import validate_params  # noqa: E402
-from tests.kernels.task_checks import hopper_build, sm90_resources, sm90_sass  # noqa: E402
+from tests.kernels.task_checks import (  # noqa: E402
+    ex2_in_flight,
+    ex2_in_flight_sass,
+    hgmma_groups,
+    hopper_build,
+    sm90_resources,
+    sm90_sass,
+)
 from tests.source_files import import_file  # noqa: E402
 
 CANDIDATES = {
@@ -61,57 +68,6 @@ def _params(path: Path, module, config: dict) -> dict:
         if p.default is not inspect.Parameter.empty
     }
     return defaults | config
-
-
-def _count(lines, commit, wait, ex2) -> tuple[int, int]:
-    """(exponentials while a wgmma group is in flight, exponentials) over `lines` in program
-    order; `wait(line)` is the groups a wait leaves in flight, None where the line is no wait."""
-    in_flight = overlapped = total = 0
-    for line in lines:
-        left = wait(line)
-        if commit(line):
-            in_flight += 1
-        elif left is not None:
-            in_flight = min(in_flight, left)
-        elif ex2(line):
-            total += 1
-            overlapped += in_flight > 0
-    return overlapped, total
-
-
-def ex2_in_flight(ptx: str) -> tuple[int, int]:
-    """The count in Triton's PTX."""
-    ops = [line.strip().rstrip(";").split() or [""] for line in ptx.splitlines()]
-    return _count(
-        ops,
-        commit=lambda op: op[0].startswith("wgmma.commit_group"),
-        wait=lambda op: int(op[-1]) if op[0].startswith("wgmma.wait_group") else None,
-        ex2=lambda op: op[0].startswith("ex2."),
-    )
-
-
-def ex2_in_flight_sass(sass: str) -> tuple[int, int]:
-    """The count in ptxas's machine code."""
-    lines = [line.split("*/", 1)[-1] for line in sass.splitlines()]  # past the address
-    return _count(
-        lines,
-        commit=lambda line: "HGMMA" in line and "gsb0" in line,
-        wait=lambda line: (
-            int(line.split("gsb0,")[1].split(";")[0], 16)
-            if "WARPGROUP.DEPBAR.LE gsb0," in line
-            else None
-        ),
-        ex2=lambda line: "MUFU.EX2" in line,
-    )
-
-
-def hgmma_groups(sass: str) -> tuple[int, int]:
-    """(wgmma instructions, the groups they form) in ptxas's machine code. A product of K = 128
-    is 8 instructions in one group; as many groups as instructions means ptxas serialised them
-    (each waited for before the next), which it does silently, e.g. where the PTX copies the
-    registers of a product still in flight."""
-    steps = [line for line in sass.splitlines() if "HGMMA" in line]
-    return len(steps), sum("gsb0" in line for line in steps)
 
 
 def _triton_build(p: dict):

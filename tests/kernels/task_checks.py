@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -264,6 +265,65 @@ def sm90_sass(compiled) -> str:
     return _cuobjdump(compiled, "-sass")
 
 
+def _count(lines, commit, wait, ex2) -> tuple[int, int]:
+    """(exponentials while a wgmma group is in flight, exponentials) over `lines` in program
+    order; `wait(line)` is the groups a wait leaves in flight, None where the line is no wait."""
+    in_flight = overlapped = total = 0
+    for line in lines:
+        left = wait(line)
+        if commit(line):
+            in_flight += 1
+        elif left is not None:
+            in_flight = min(in_flight, left)
+        elif ex2(line):
+            total += 1
+            overlapped += in_flight > 0
+    return overlapped, total
+
+
+def ex2_in_flight(ptx: str) -> tuple[int, int]:
+    """(exponentials issued while a wgmma group is in flight, exponentials) in Triton's PTX, in
+    program order: a `wgmma.commit_group` adds a group, a `wgmma.wait_group N` leaves at most N
+    (a loop's back edge is not followed)."""
+    ops = [line.strip().rstrip(";").split() or [""] for line in ptx.splitlines()]
+    return _count(
+        ops,
+        commit=lambda op: op[0].startswith("wgmma.commit_group"),
+        wait=lambda op: int(op[-1]) if op[0].startswith("wgmma.wait_group") else None,
+        ex2=lambda op: op[0].startswith("ex2."),
+    )
+
+
+def ex2_in_flight_sass(sass: str) -> tuple[int, int]:
+    """The same count in ptxas's machine code: an HGMMA marked `gsb0` adds a group, a
+    `WARPGROUP.DEPBAR.LE gsb0, N` leaves at most N. ptxas may wait earlier than the PTX does."""
+    lines = [line.split("*/", 1)[-1] for line in sass.splitlines()]  # past the address
+    return _count(
+        lines,
+        commit=lambda line: "HGMMA" in line and "gsb0" in line,
+        wait=lambda line: (
+            int(line.split("gsb0,")[1].split(";")[0], 16)
+            if "WARPGROUP.DEPBAR.LE gsb0," in line
+            else None
+        ),
+        ex2=lambda line: "MUFU.EX2" in line,
+    )
+
+
+def hgmma_groups(sass: str) -> tuple[int, int]:
+    """(wgmma instructions, the groups they form) in ptxas's machine code. A product of K = 128
+    is 8 instructions in one group; as many groups as instructions means ptxas serialised them
+    (each waited for before the next), which it does silently, e.g. where the PTX copies the
+    registers of a product still in flight."""
+    steps = [line for line in sass.splitlines() if "HGMMA" in line]
+    return len(steps), sum("gsb0" in line for line in steps)
+
+
+def setmaxnreg_budgets(ptx: str) -> set[int]:
+    """The register budgets a warp-specialized kernel's partitions ask for (`setmaxnreg`)."""
+    return {int(n) for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", ptx)}
+
+
 def hopper_build(
     fn,
     types: dict[str, str],
@@ -324,24 +384,29 @@ def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_e
     assert not [line for line in loads(after) if "evict_first" in line]
 
 
+def _python(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """`script` run with `args` in a fresh Python from the checkout's root, its output kept."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def run_interpreted(script: str, *args: str) -> str:
     """`script`'s stdout, run with `args` in a fresh Python with the Triton interpreter on and
     the checkout on its path (the interpreter must be chosen before Triton loads, so not in this
     process)."""
-    import subprocess
-    import sys
-
     root = Path(__file__).resolve().parents[2]
     prelude = (
         f"import os, sys\nos.environ['TRITON_INTERPRET'] = '1'\nsys.path.insert(0, {str(root)!r})\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", prelude + script, *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _python(prelude + script, *args, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -349,12 +414,7 @@ def run_interpreted(script: str, *args: str) -> str:
 def run_in_child(script: str, timeout: float = 240) -> None:
     """Run `script` in a fresh Python from the checkout's root, failing the test where it exits
     non-zero or outlives `timeout` seconds (a GPU kernel that hangs fails, not the whole run)."""
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    run = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=timeout
-    )
+    run = _python(script, timeout=timeout)
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
+from tests.kernels.task_checks import setmaxnreg_budgets
 from tests.source_files import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +38,7 @@ def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages,
     compiled = script.gluon_build(block_n, stages, eager)
     row = script.gluon_resources(block_n, stages, eager)
     assert 0 < row["shared_bytes"] <= module.SHARED_BYTES
-    budgets = {
-        int(n)
-        for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", compiled.asm["ptx"])
-    }
+    budgets = setmaxnreg_budgets(compiled.asm["ptx"])
     assert {24, 240} <= budgets
     assert row["groups"] == 4 * 13 < row["wgmma"], "ptxas serialised the products"
     assert row["ex2"] > 0

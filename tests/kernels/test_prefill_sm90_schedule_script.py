@@ -3,11 +3,11 @@ overlaps their products, in Triton's PTX and in ptxas's machine code, without a 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
+from tests.kernels.task_checks import setmaxnreg_budgets
 from tests.source_files import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(script, config) 
     assert resources["spill_bytes"] == 0
     assert 0 < resources["shared_bytes"] <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
-    budgets = {int(n) for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", ptx)}
+    budgets = setmaxnreg_budgets(ptx)
     assert {24, 240} <= budgets  # the loader warp's registers, and each warpgroup's
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     steps, groups = script.hgmma_groups(script.sm90_sass(compiled))
