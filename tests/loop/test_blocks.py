@@ -376,19 +376,26 @@ def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp
     assert any("halves.py (workspace commit)" in n for n in ops.notes), ops.notes
 
 
+def _decode_with_one_table(tmp_path: Path, cfg, task: str, **entry):
+    """A decode block whose only table is `task`'s, every entry updated with `entry`: its ops,
+    its outputs and the eager block's."""
+    rows = _entries(cfg, "decode")[task]
+    for row in rows:
+        row.update(entry)
+    _write_tables(tmp_path, {task: rows})
+    ops = tuned_ops(tmp_path, "cpu")
+    return ops, _run(cfg, ops, "decode"), _run(cfg, eager_ops(), "decode")
+
+
 def test_a_vendor_peer_that_wins_runs_instead_of_the_eager_op(tmp_path: Path) -> None:
     """Where SDPA with enable_gqa beat the candidates, the block runs it, not its own eager
     attention (which expands the cache to the query heads)."""
     task = load_task("gqa_decode")
     if "sdpa-gqa" not in task.module.PEERS:
         pytest.skip("this torch's SDPA has no enable_gqa")
-    rows = _entries(LLAMA, "decode")["gqa_decode"]
-    for row in rows:
-        row.update(source="peer", name="sdpa-gqa", params={})
-    _write_tables(tmp_path, {"gqa_decode": rows})
-    ops = tuned_ops(tmp_path, "cpu")
-    tuned = _run(LLAMA, ops, "decode")
-    eager = _run(LLAMA, eager_ops(), "decode")
+    ops, tuned, eager = _decode_with_one_table(
+        tmp_path, LLAMA, "gqa_decode", source="peer", name="sdpa-gqa", params={}
+    )
     for t, e in zip(tuned, eager, strict=True):
         assert _rel(t, e) < 1e-5
     assert any("peer 'sdpa-gqa' wins, the task's sdpa-gqa" in n for n in ops.notes), ops.notes
@@ -397,13 +404,9 @@ def test_a_vendor_peer_that_wins_runs_instead_of_the_eager_op(tmp_path: Path) ->
 def test_a_candidate_that_refuses_the_inputs_leaves_them_to_eager(tmp_path: Path) -> None:
     """The Gluon MLA kernel refuses these inputs (off its tile and on the CPU, with a ValueError
     naming why); the block still decodes, with eager attention, and the note says so."""
-    rows = _entries(MLA, "decode")["mla_decode"]
-    for row in rows:
-        row.update(name="gluon_mla_decode.py", params={})
-    _write_tables(tmp_path, {"mla_decode": rows})
-    ops = tuned_ops(tmp_path, "cpu")
-    tuned = _run(MLA, ops, "decode")
-    eager = _run(MLA, eager_ops(), "decode")
+    ops, tuned, eager = _decode_with_one_table(
+        tmp_path, MLA, "mla_decode", name="gluon_mla_decode.py", params={}
+    )
     for t, e in zip(tuned, eager, strict=True):
         assert _rel(t, e) < 1e-6
     refusals = [n for n in ops.notes if "gluon_mla_decode.py refused the inputs" in n]
