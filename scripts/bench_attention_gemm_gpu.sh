@@ -228,19 +228,24 @@ for stage in $STAGES; do
         bench_best mla_decode triton_mla_decode.py b1 b1-kv4096 b1-kv32768
         ;;
     mla_gluon)
-        # The Gluon candidate (two warpgroups in turns, each owning half the output's columns,
-        # and a TMA loader warp) at its configurations that fit shared memory (32-key tiles at 2
-        # stages lost at every shape, session 17 call 3: 0.79-0.94x torch.compile), swept against
-        # torch.compile at batch 1 (the DeepSeek block's sizes) and the batched shapes; the
-        # fastest at each then against every peer.
-        # MLA_GLUON_SHAPES (space-separated) narrows the shapes.
+        # The Gluon candidate (two warpgroups, each owning half the output's columns, and a TMA
+        # loader warp) swept against torch.compile at batch 1 (the DeepSeek block's sizes) and
+        # the batched shapes; the fastest at each then against every peer. Its configurations:
+        # eager_values (the two warpgroups in turns, both computing every tile's scores; won
+        # every shape in session 17, call 6, where the deferred order and 32-key tiles at 2
+        # stages lost) and shared_p (each warpgroup computes every other tile's scores and
+        # shares the probabilities) at the tiles and stages that fit shared memory.
+        # MLA_GLUON_SHAPES and MLA_GLUON_CONFIGS (space-separated) narrow them.
         shapes=(b1-kv4096 b1-kv32768 b1-kv131072 b4-kv131072 b16-kv4096 b16-kv8192 b64-kv4096)
+        configs=('{"eager_values":true}' '{"shared_p":true}'
+            '{"block_n":32,"num_stages":4,"shared_p":true}'
+            '{"block_n":32,"num_stages":3,"shared_p":true}')
         # shellcheck disable=SC2206
         [ -n "${MLA_GLUON_SHAPES:-}" ] && shapes=($MLA_GLUON_SHAPES)
+        # shellcheck disable=SC2206
+        [ -n "${MLA_GLUON_CONFIGS:-}" ] && configs=($MLA_GLUON_CONFIGS)
         listed=$(IFS=,; echo "${shapes[*]}")
-        sweep mla_decode gluon_mla_decode.py gluon torch.compile "$listed" \
-            '{}' '{"block_n":32,"num_stages":4}' '{"eager_values":true}' \
-            '{"block_n":32,"num_stages":4,"eager_values":true}'
+        sweep mla_decode gluon_mla_decode.py gluon torch.compile "$listed" "${configs[@]}"
         bench_best mla_decode gluon_mla_decode.py gluon "${shapes[@]}"
         ;;
     mla_rows)

@@ -32,13 +32,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LANGUAGE = "triton"
-PARAMS = {"block_n": [32, 64], "num_stages": [2, 3, 4], "eager_values": [False, True]}
+PARAMS = {
+    "block_n": [32, 64],
+    "num_stages": [2, 3, 4],
+    "eager_values": [False, True],
+    "shared_p": [False, True],
+}
 
 LOG2E = 1.4426950408889634
 SCALE_DIM = 192
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+REINTERPRET = hasattr(gl.shared_memory_descriptor, "reinterpret")  # `_reinterpret` in 3.6
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
 RANK = 512
 ROPE = 64
@@ -200,7 +206,122 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
         o0, o1, o2, o3, p = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3, p))
         mbarrier.arrive(free.index(last))
 
-    heads = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    _epilogue(
+        o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits, gl.SliceLayout(1, s_layout), W
+    )
+
+
+if REINTERPRET:
+
+    @gluon.jit
+    def _probabilities(kv_smem, stage, P_LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
+        """A buffer's rope chunk, which only its tile's scores read, as that tile's
+        probabilities (64 heads x BLOCK_N keys, the same bytes)."""
+        chunk = kv_smem.index(stage * CHUNKS + CHUNKS - 1)
+        return chunk.reinterpret(chunk.dtype, [ROWS, BLOCK_N], P_LAYOUT)
+
+else:
+
+    @gluon.jit
+    def _probabilities(kv_smem, stage, P_LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
+        """A buffer's rope chunk, which only its tile's scores read, as that tile's
+        probabilities (64 heads x BLOCK_N keys, the same bytes)."""
+        chunk = kv_smem.index(stage * CHUNKS + CHUNKS - 1)
+        return chunk._reinterpret(chunk.dtype, [ROWS, BLOCK_N], P_LAYOUT)
+
+
+@gluon.jit
+def _take(kv_smem, stats, ready, p_ready, j, o0, o1, o2, o3, m_i, l_i, row_layout: gl.constexpr,
+          W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          P_LAYOUT: gl.constexpr):  # fmt: skip
+    """Tile j, whose scores the other warpgroup computed: its published row maxima and sums
+    rescale this warpgroup's output half and row sums, and P_j V_j,half is issued with P_j from
+    shared memory (not waited)."""
+    stage = j % STAGES
+    mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+    mbarrier.wait(p_ready.index(stage), (j // STAGES) & 1)
+    m_new = stats.index(2 * stage).load(row_layout)
+    row_sum = stats.index(2 * stage + 1).load(row_layout)
+    alpha = gl.exp2(m_i - m_new)
+    o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
+    p = _probabilities(kv_smem, stage, P_LAYOUT, BLOCK_N)
+    o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
+    return o0, o1, o2, o3, m_new, l_i * alpha + row_sum
+
+
+@gluon.jit
+def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
+                     scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     P_LAYOUT: gl.constexpr):  # fmt: skip
+    """One warpgroup, for output columns 256 W .. 256 W + 255, computing the scores of every
+    other tile only (those with j % 2 == W, flash MLA's split of the work): it publishes a
+    tile's probabilities (over the tile's rope chunk, which only the scores read) and its row
+    maxima and sums, and takes the other warpgroup's. So the tiles' scores are computed once,
+    and the running maximum passes from one warpgroup to the other tile by tile."""
+    q_bar, ready, free, p_ready = bars
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16]
+    )
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([ROWS], gl.float32, row_layout)
+    o0 = gl.zeros([ROWS, CHUNK], gl.float32, o_layout)
+    o1 = o0
+    o2 = o0
+    o3 = o0
+
+    mbarrier.wait(q_bar, 0)
+    own = (n_tiles - W + 1) // 2  # tiles W, W + 2, ...
+    for i in range(own):
+        j = W + 2 * i
+        stage = j % STAGES
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        s_acc = _scores(q_smem, kv_smem, stage, s_zero)
+        if j > 0:  # the other warpgroup's tile j - 1 first, its product beside S_j
+            o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2,
+                                             o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES,
+                                             P_LAYOUT)  # fmt: skip
+            s, o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, o0, o1, o2, o3))
+            mbarrier.arrive(free.index((j - 1) % STAGES))
+        else:
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
+        p16 = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1)).to(q_smem.dtype)
+        alpha = gl.exp2(m_i - m_new)
+        row_sum = gl.sum(p16.to(gl.float32), axis=1)  # of the probabilities the products use
+        # Publish: the scores are done with this buffer's rope chunk.
+        _probabilities(kv_smem, stage, P_LAYOUT, BLOCK_N).store(p16)
+        stats.index(2 * stage).store(m_new)
+        stats.index(2 * stage + 1).store(row_sum)
+        fence_async_shared()  # then Triton's partition barrier, then one thread arrives
+        mbarrier.arrive(p_ready.index(stage))
+        m_i = m_new
+        l_i = l_i * alpha + row_sum
+        o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
+        p = _probabilities(kv_smem, stage, P_LAYOUT, BLOCK_N)  # as the other warpgroup reads it
+        o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
+        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+        mbarrier.arrive(free.index(stage))
+    last = W + 2 * own - 1  # the other warpgroup's tile after this one's last, if any
+    if last < n_tiles:
+        o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, last, o0, o1, o2, o3,
+                                         m_i, l_i, row_layout, W, BLOCK_N, STAGES,
+                                         P_LAYOUT)  # fmt: skip
+        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+        mbarrier.arrive(free.index(last % STAGES))
+    _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits, row_layout, W)
+
+
+@gluon.jit
+def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
+              row_layout: gl.constexpr, W: gl.constexpr):  # fmt: skip
+    """The warpgroup's half of the split's normalised output, and (warpgroup 0) the rows'
+    log2-sum-exp."""
+    heads = gl.arange(0, ROWS, layout=row_layout)
     rows = (q_row + heads).to(gl.int64) * n_splits  # partial outputs: (sequence, head, split)
     inv_l = 1.0 / l_i
     col0 = W * HALF_CHUNKS * CHUNK
@@ -215,7 +336,8 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
                   tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  EAGER_VALUES: gl.constexpr):  # fmt: skip
+                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr,
+                  P_LAYOUT: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -232,32 +354,57 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
     q_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(free.index(i), count=2)  # one arrival from each warpgroup
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    mbarrier.arrive(turn.index(0))  # warpgroup 0 goes first
-    fence_async_shared()
-    cta_barrier()
-
-    bars = (q_bar, ready, free, turn)
-    gl.warp_specialize(
-        [
-            (_consumer, (q_smem, kv_smem, bars, po_ptr + split * OUT_COLS, plse_ptr + split,
-                         q_row, n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES,
-                         EAGER_VALUES)),
-            (_consumer, (q_smem, kv_smem, bars, po_ptr + split * OUT_COLS, plse_ptr + split,
-                         q_row, n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES,
-                         EAGER_VALUES)),
-            (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_row,
-                       n_tiles, BLOCK_N, STAGES)),
-        ],
-        [4, 1],
-        [240, 24],
-    )  # fmt: skip
+    po_split = po_ptr + split * OUT_COLS
+    plse_split = plse_ptr + split
+    if SHARED_P:
+        # A tile's probabilities published (one arrival, from the warpgroup that computed
+        # them), and its row maxima and sums: two rows of `stats` a buffer.
+        p_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(p_ready.index(i), count=1)
+        stats_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+        stats = gl.allocate_shared_memory(gl.float32, [2 * STAGES, ROWS], stats_layout)
+        fence_async_shared()
+        cta_barrier()
+        bars = (q_bar, ready, free, p_ready)
+        gl.warp_specialize(
+            [
+                (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
+                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES,
+                                    P_LAYOUT)),
+                (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
+                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES,
+                                    P_LAYOUT)),
+                (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
+                           kv_row, n_tiles, BLOCK_N, STAGES)),
+            ],
+            [4, 1],
+            [240, 24],
+        )  # fmt: skip
+    else:
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+        mbarrier.init(turn.index(0), count=1)
+        mbarrier.init(turn.index(1), count=1)
+        mbarrier.arrive(turn.index(0))  # warpgroup 0 goes first
+        fence_async_shared()
+        cta_barrier()
+        bars = (q_bar, ready, free, turn)
+        gl.warp_specialize(
+            [
+                (_consumer, (q_smem, kv_smem, bars, po_split, plse_split, q_row, n_splits,
+                             n_tiles, scale_log2, 0, BLOCK_N, STAGES, EAGER_VALUES)),
+                (_consumer, (q_smem, kv_smem, bars, po_split, plse_split, q_row, n_splits,
+                             n_tiles, scale_log2, 1, BLOCK_N, STAGES, EAGER_VALUES)),
+                (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
+                           kv_row, n_tiles, BLOCK_N, STAGES)),
+            ],
+            [4, 1],
+            [240, 24],
+        )  # fmt: skip
 
 
 @triton.jit
@@ -296,12 +443,14 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64], layout)
 
 
-def shared_bytes(block_n: int, stages: int) -> int:
-    """Shared memory of a program: the queries, the ring of cache tiles, barriers with room."""
-    return 2 * (RANK + ROPE) * (HEADS + stages * block_n) + 1024
+def shared_bytes(block_n: int, stages: int, shared_p: bool = False) -> int:
+    """Shared memory of a program: the queries, the ring of cache tiles, (shared_p) the tiles'
+    row maxima and sums, barriers with room."""
+    stats = 2 * stages * HEADS * 4 if shared_p else 0
+    return 2 * (RANK + ROPE) * (HEADS + stages * block_n) + stats + 1024
 
 
-def _refusal(q_nope, q_pe, ckv, kpe, block_n: int, stages: int):
+def _refusal(q_nope, q_pe, ckv, kpe, block_n: int, stages: int, shared_p: bool):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (q_nope, q_pe, ckv, kpe)
     if not all(t.dim() == 3 for t in tensors):
@@ -328,8 +477,9 @@ def _refusal(q_nope, q_pe, ckv, kpe, block_n: int, stages: int):
         return f"batch {b} x {max(h, kv_len)} rows above TMA's 32-bit coordinates"
     if stages < 2:
         return f"num_stages {stages}: the ring needs 2 buffers at least"
-    if shared_bytes(block_n, stages) > SHARED_BYTES:
-        return f"block_n {block_n} at {stages} stages needs {shared_bytes(block_n, stages)} bytes"
+    if shared_bytes(block_n, stages, shared_p) > SHARED_BYTES:
+        need = shared_bytes(block_n, stages, shared_p)
+        return f"block_n {block_n} at {stages} stages needs {need} bytes"
     if any(t.data_ptr() % 16 for t in tensors):
         return "needs 16-byte aligned inputs (TMA)"
     if not q_nope.is_cuda or torch.cuda.get_device_capability(q_nope.device)[0] != 9:
@@ -345,6 +495,22 @@ def split_tiles(programs: int, tiles: int, sms: int) -> int:
     return triton.cdiv(tiles, max(1, min(tiles, sms // programs)))
 
 
+def probabilities_layout(block_n: int) -> gl.NVMMASharedLayout:
+    """Shared layout of a tile's probabilities (64 heads x block_n keys of 16 bits), the first
+    operand of P V."""
+    return gl.NVMMASharedLayout.get_default_for([HEADS, block_n], gl.bfloat16)
+
+
+def merge_shape(rows: int, n_splits: int, sms: int) -> tuple[int, int]:
+    """The merge's columns a program and splits a step. Where a program a (sequence, head) row
+    leaves SMs idle (batch 1), a row's 512 columns spread over four programs, which read up to
+    64 splits a step (one step at 32k); else one program a row, 16 splits a step, so as not to
+    launch four times the programs for the same bytes."""
+    if rows < sms:
+        return MERGE_COLUMNS, min(MERGE_SPLITS, triton.next_power_of_2(n_splits))
+    return RANK, min(MERGE_SPLITS * MERGE_COLUMNS // RANK, triton.next_power_of_2(n_splits))
+
+
 def kernel(
     q_nope: torch.Tensor,
     q_pe: torch.Tensor,
@@ -353,13 +519,22 @@ def kernel(
     block_n: int = 64,
     num_stages: int = 2,
     eager_values: bool = False,
+    shared_p: bool = False,
 ) -> torch.Tensor:
-    why = _refusal(q_nope, q_pe, ckv, kpe, block_n, num_stages)
+    if shared_p and eager_values:
+        raise ValueError(
+            "gluon MLA decode: shared_p issues each tile's values as soon as its probabilities "
+            "exist; eager_values is for the two-warpgroup order without it"
+        )
+    why = _refusal(q_nope, q_pe, ckv, kpe, block_n, num_stages, shared_p)
     if why is not None:
         raise ValueError(f"gluon MLA decode {why}; use triton_mla_decode.py")
     b, h, r = q_nope.shape
     kv_len = ckv.shape[1]
     device = q_nope.device
+    out = torch.empty((b, h, r), device=device, dtype=q_nope.dtype)
+    if b * h == 0:
+        return out
     programs = b * h // HEADS
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     tiles = split_tiles(programs, kv_len // block_n, sms)
@@ -370,14 +545,16 @@ def kernel(
     ]
     part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
-    out = torch.empty((b, h, r), device=device, dtype=q_nope.dtype)
+    p_layout = probabilities_layout(block_n)
+    columns, splits_a_step = merge_shape(b * h, n_splits, sms)
     with torch.cuda.device(device):
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
-            BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values), num_warps=4,
+            BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values),
+            SHARED_P=bool(shared_p), P_LAYOUT=p_layout, num_warps=4,
         )  # fmt: skip
-        _merge_kernel[(b * h, r // MERGE_COLUMNS)](
-            part_o, part_lse, out, n_splits, R=r, BLOCK_R=MERGE_COLUMNS,
-            BLOCK_S=min(MERGE_SPLITS, triton.next_power_of_2(n_splits)), num_warps=4,
+        _merge_kernel[(b * h, r // columns)](
+            part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,
+            num_warps=4,
         )  # fmt: skip
     return out

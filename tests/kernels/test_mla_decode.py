@@ -248,6 +248,17 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
     shifted = torch.zeros(ckv.numel() + 1, dtype=torch.bfloat16)[1:].view(ckv.shape)
     with pytest.raises(ValueError, match="16-byte aligned"):
         module.kernel(qn, qp, shifted, kpe)
+    with pytest.raises(ValueError, match="eager_values is for the two-warpgroup order"):
+        module.kernel(qn, qp, ckv, kpe, eager_values=True, shared_p=True)
+
+
+def test_gluon_merge_spreads_columns_only_where_rows_leave_sms_idle(task) -> None:
+    merge_shape = candidate_module(task, "gluon_mla_decode.py").merge_shape
+    assert merge_shape(128, 64, 132) == (128, 64)  # batch 1 at 32k: 512 programs, one step
+    assert merge_shape(128, 3, 132) == (128, 4)
+    assert merge_shape(16 * 128, 4, 132) == (512, 4)  # batch 16: a program a row
+    assert merge_shape(4 * 128, 16, 132) == (512, 16)
+    assert merge_shape(4 * 128, 40, 132) == (512, 16)  # 64 x 128 columns' registers at most
 
 
 def test_gluon_splits_fill_one_wave_without_a_second(task) -> None:
@@ -313,6 +324,13 @@ cases = [
     (1, 64, 64, torch.float16, {"eager_values": True}),
     (2, 192, 320, torch.bfloat16, {"block_n": 32, "num_stages": 4, "eager_values": True}),
     (3, 128, 4160, torch.bfloat16, {"eager_values": True}),
+    # shared_p: splits of 1 tile (the second warpgroup computes no scores), 2-5 tiles (odd
+    # counts end on the first warpgroup's tile), a short last split
+    (1, 64, 64, torch.float16, {"shared_p": True}),
+    (3, 128, 4160, torch.bfloat16, {"shared_p": True}),
+    (3, 128, 4160, torch.float16, {"block_n": 32, "num_stages": 4, "shared_p": True}),
+    (1, 128, 8192 + 32, torch.bfloat16, {"block_n": 32, "num_stages": 3, "shared_p": True}),
+    (1, 64, 64 * 300, torch.bfloat16, {"block_n": 32, "num_stages": 4, "shared_p": True}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, h, n, dtype, params in cases:
@@ -325,6 +343,11 @@ for b, h, n, dtype, params in cases:
     tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
     print(b, h, n, dtype, params, f"{err:.2e}", flush=True)
     assert err < tol, (err, tol)
+for b, h, params in ((0, 128, {}), (1, 0, {}), (0, 64, {"shared_p": True})):
+    inputs = [torch.zeros(s, device="cuda", dtype=torch.bfloat16)
+              for s in ((b, h, 512), (b, h, 64), (b, 64, 512), (b, 64, 64))]
+    assert module.kernel(*inputs, **params).shape == (b, h, 512)
+    print("empty", b, h, params, flush=True)
 """
 
 
@@ -342,6 +365,8 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
         {"block_n": 32, "num_stages": 2},
         {"eager_values": True},
         {"block_n": 32, "num_stages": 4, "eager_values": True},
+        {"shared_p": True},
+        {"block_n": 32, "num_stages": 4, "shared_p": True},
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:

@@ -42,3 +42,32 @@ def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages,
     assert {24, 240} <= budgets
     assert row["groups"] == 4 * 13 < row["wgmma"], "ptxas serialised the products"
     assert row["ex2"] > 0
+
+
+@pytest.mark.parametrize("block_n, stages", [(64, 2), (32, 4)])
+def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_reads(
+    block_n, stages
+) -> None:
+    """With shared_p a warpgroup writes a tile's probabilities to shared memory for the other
+    warpgroup's products: the build fits, keeps its two budgets and chained products, and
+    before each one-thread arrival that publishes them every thread of the partition has
+    fenced its writes for the async proxy (fence.proxy.async, then the partition's
+    128-thread barrier)."""
+    pytest.importorskip("triton")
+    script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
+    module = import_file(script.GLUON)
+    compiled = script.gluon_build(block_n, stages, False, True)
+    row = script.gluon_resources(block_n, stages, False, True)
+    assert 0 < row["shared_bytes"] <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    assert {24, 240} <= setmaxnreg_budgets(ptx)
+    assert 0 < row["groups"] < row["wgmma"], "ptxas serialised the products"
+    lines = [line.strip() for line in ptx.splitlines()]
+    fences = [i for i, line in enumerate(lines) if line.startswith("fence.proxy.async")]
+    published = [
+        next(j for j in range(i, len(lines)) if "mbarrier.arrive" in lines[j]) for i in fences
+    ]
+    assert fences and all(
+        any(lines[k].startswith("bar.sync") and lines[k].endswith("128;") for k in range(i, j))
+        for i, j in zip(fences, published, strict=True)
+    )
