@@ -80,7 +80,7 @@ def gluon_build(block_n: int, stages: int, eager_values: bool = False, shared_p:
     types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
     types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
     constexprs = {"BLOCK_N": block_n, "STAGES": stages, "EAGER_VALUES": eager_values}
-    constexprs |= {"SHARED_P": shared_p, "P_LAYOUT": module.probabilities_layout(block_n)}
+    constexprs["SHARED_P"] = shared_p
     return hopper_build(
         module._split_kernel, types, constexprs, num_warps=4, multiples_of_16=("heads", "kv_len")
     )

@@ -44,7 +44,6 @@ SCALE_DIM = 192
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
-REINTERPRET = hasattr(gl.shared_memory_descriptor, "reinterpret")  # `_reinterpret` in 3.6
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
 RANK = 512
 ROPE = 64
@@ -211,29 +210,21 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
     )
 
 
-if REINTERPRET:
-
-    @gluon.jit
-    def _probabilities(kv_smem, stage, P_LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
-        """A buffer's rope chunk, which only its tile's scores read, as that tile's
-        probabilities (64 heads x BLOCK_N keys, the same bytes)."""
-        chunk = kv_smem.index(stage * CHUNKS + CHUNKS - 1)
-        return chunk.reinterpret(chunk.dtype, [ROWS, BLOCK_N], P_LAYOUT)
-
-else:
-
-    @gluon.jit
-    def _probabilities(kv_smem, stage, P_LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
-        """A buffer's rope chunk, which only its tile's scores read, as that tile's
-        probabilities (64 heads x BLOCK_N keys, the same bytes)."""
-        chunk = kv_smem.index(stage * CHUNKS + CHUNKS - 1)
-        return chunk._reinterpret(chunk.dtype, [ROWS, BLOCK_N], P_LAYOUT)
+@gluon.jit
+def _probabilities(kv_smem, stage, BLOCK_N: gl.constexpr):
+    """A buffer's rope chunk, which only its tile's scores read, as that tile's probabilities
+    (64 heads x BLOCK_N keys in the same bytes; at 32-key tiles the chunk transposed, the
+    probabilities then stored heads fastest, which wgmma reads as well)."""
+    chunk = kv_smem.index(stage * CHUNKS + CHUNKS - 1)
+    if BLOCK_N == ROWS:
+        return chunk
+    else:
+        return chunk.permute((1, 0))
 
 
 @gluon.jit
 def _take(kv_smem, stats, ready, p_ready, j, o0, o1, o2, o3, m_i, l_i, row_layout: gl.constexpr,
-          W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          P_LAYOUT: gl.constexpr):  # fmt: skip
+          W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """Tile j, whose scores the other warpgroup computed: its published row maxima and sums
     rescale this warpgroup's output half and row sums, and P_j V_j,half is issued with P_j from
     shared memory (not waited)."""
@@ -244,15 +235,15 @@ def _take(kv_smem, stats, ready, p_ready, j, o0, o1, o2, o3, m_i, l_i, row_layou
     row_sum = stats.index(2 * stage + 1).load(row_layout)
     alpha = gl.exp2(m_i - m_new)
     o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
-    p = _probabilities(kv_smem, stage, P_LAYOUT, BLOCK_N)
+    p = _probabilities(kv_smem, stage, BLOCK_N)
     o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
     return o0, o1, o2, o3, m_new, l_i * alpha + row_sum
 
 
 @gluon.jit
 def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
-                     scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     P_LAYOUT: gl.constexpr):  # fmt: skip
+                     scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr,
+                     STAGES: gl.constexpr):  # fmt: skip
     """One warpgroup, for output columns 256 W .. 256 W + 255, computing the scores of every
     other tile only (those with j % 2 == W, flash MLA's split of the work): it publishes a
     tile's probabilities (over the tile's rope chunk, which only the scores read) and its row
@@ -283,8 +274,7 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
         s_acc = _scores(q_smem, kv_smem, stage, s_zero)
         if j > 0:  # the other warpgroup's tile j - 1 first, its product beside S_j
             o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2,
-                                             o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES,
-                                             P_LAYOUT)  # fmt: skip
+                                             o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
             s, o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, o0, o1, o2, o3))
             mbarrier.arrive(free.index((j - 1) % STAGES))
         else:
@@ -294,7 +284,7 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
         alpha = gl.exp2(m_i - m_new)
         row_sum = gl.sum(p16.to(gl.float32), axis=1)  # of the probabilities the products use
         # Publish: the scores are done with this buffer's rope chunk.
-        _probabilities(kv_smem, stage, P_LAYOUT, BLOCK_N).store(p16)
+        _probabilities(kv_smem, stage, BLOCK_N).store(p16)
         stats.index(2 * stage).store(m_new)
         stats.index(2 * stage + 1).store(row_sum)
         fence_async_shared()  # then Triton's partition barrier, then one thread arrives
@@ -302,15 +292,14 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
         m_i = m_new
         l_i = l_i * alpha + row_sum
         o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
-        p = _probabilities(kv_smem, stage, P_LAYOUT, BLOCK_N)  # as the other warpgroup reads it
+        p = _probabilities(kv_smem, stage, BLOCK_N)  # as the other warpgroup reads it
         o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
         o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
         mbarrier.arrive(free.index(stage))
     last = W + 2 * own - 1  # the other warpgroup's tile after this one's last, if any
     if last < n_tiles:
         o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, last, o0, o1, o2, o3,
-                                         m_i, l_i, row_layout, W, BLOCK_N, STAGES,
-                                         P_LAYOUT)  # fmt: skip
+                                         m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
         o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
         mbarrier.arrive(free.index(last % STAGES))
     _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits, row_layout, W)
@@ -336,8 +325,7 @@ def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
                   tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr,
-                  P_LAYOUT: gl.constexpr):  # fmt: skip
+                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -374,11 +362,9 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
         gl.warp_specialize(
             [
                 (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES,
-                                    P_LAYOUT)),
+                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES)),
                 (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES,
-                                    P_LAYOUT)),
+                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
                 (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
                            kv_row, n_tiles, BLOCK_N, STAGES)),
             ],
@@ -495,12 +481,6 @@ def split_tiles(programs: int, tiles: int, sms: int) -> int:
     return triton.cdiv(tiles, max(1, min(tiles, sms // programs)))
 
 
-def probabilities_layout(block_n: int) -> gl.NVMMASharedLayout:
-    """Shared layout of a tile's probabilities (64 heads x block_n keys of 16 bits), the first
-    operand of P V."""
-    return gl.NVMMASharedLayout.get_default_for([HEADS, block_n], gl.bfloat16)
-
-
 def merge_shape(rows: int, n_splits: int, sms: int) -> tuple[int, int]:
     """The merge's columns a program and splits a step. Where a program a (sequence, head) row
     leaves SMs idle (batch 1), a row's 512 columns spread over four programs, which read up to
@@ -545,13 +525,12 @@ def kernel(
     ]
     part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
-    p_layout = probabilities_layout(block_n)
     columns, splits_a_step = merge_shape(b * h, n_splits, sms)
     with torch.cuda.device(device):
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values),
-            SHARED_P=bool(shared_p), P_LAYOUT=p_layout, num_warps=4,
+            SHARED_P=bool(shared_p), num_warps=4,
         )  # fmt: skip
         _merge_kernel[(b * h, r // columns)](
             part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,
