@@ -196,6 +196,8 @@ def kernel(
         raise ValueError("the cache is empty: attention needs at least one cached token")
     if any(t.stride(-1) != 1 for t in (q_nope, q_pe, ckv, kpe)):
         raise ValueError("the last dimension must be contiguous")
+    if b * h == 0:
+        return torch.empty((b, h, r), device=q_nope.device, dtype=q_nope.dtype)
     head_blocks = triton.cdiv(h, block_h)
     blocks = triton.cdiv(kv_len, block_n)
     if split_tokens <= 0:

@@ -211,6 +211,15 @@ def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
 # ----------------------------------------------------------------------- the Gluon candidate
 
 
+def test_triton_candidate_returns_an_empty_batch_at_once(task) -> None:
+    """No sequence or no head: nothing to launch (the split rule divided by zero programs)."""
+    kernel = candidate_module(task, "triton_mla_decode.py").kernel
+    for b, h in ((0, 128), (2, 0)):
+        inputs = [torch.zeros(s) for s in ((b, h, 512), (b, h, 64), (b, 64, 512), (b, 64, 64))]
+        out = kernel(*inputs)
+        assert out.shape == (b, h, 512) and out.dtype == inputs[0].dtype
+
+
 def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
     assert "gluon_mla_decode.py" in task.candidates["cuda"]
     assert "gluon_mla_decode.py" not in task.candidates["cpu"]
