@@ -138,8 +138,9 @@ def weight_shapes(cfg: BlockConfig) -> dict[str, tuple[int, ...]]:
         "q_norm": (cfg.q_lora_rank,),
         "wq_b": (cfg.heads * qk_head, cfg.q_lora_rank),
         "kv_norm": (cfg.kv_lora_rank,),
-        # wkv_b of DeepSeek's checkpoint, split per head into its key and value halves.
-        "w_uk": (cfg.heads, cfg.qk_nope_dim, cfg.kv_lora_rank),
+        # wkv_b of DeepSeek's checkpoint, split per head into its key and value halves, the key
+        # half transposed (latent rows) for the absorbed query, as vLLM keeps it (W_UK_T).
+        "w_uk": (cfg.heads, cfg.kv_lora_rank, cfg.qk_nope_dim),
         "w_uv": (cfg.heads, cfg.v_head_dim, cfg.kv_lora_rank),
         "wo": (cfg.hidden, cfg.heads * cfg.v_head_dim),
         "ffn_norm": (cfg.hidden,),
@@ -200,6 +201,7 @@ class Ops:
     attention_decode: Callable  # (q (B, Hq, d), k_cache (B, Hkv, L, d), v_cache) -> (B, Hq, d)
     attention_prefill: Callable  # (q (B, Hq, T, d), k (B, Hkv, T, d), v (B, Hkv, T, dv))
     mla_decode: Callable  # (q_nope (B, H, C), q_pe (B, H, R), ckv (B, L, C), kpe (B, L, R))
+    head_gemv: Callable  # (x (B, H, K), w (H, N, K)) -> (B, H, N): MLA's absorbed projections
     linear: Callable  # (x (M, K), w (N, K)) -> (M, N)
     # Fused: linear(rmsnorm(x, g), w), and linear(x, w) + r. Where no tuned kernel does them in
     # one, they are those compositions of the ops above.
@@ -264,6 +266,11 @@ def _mla_decode(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
     return torch.einsum("bht,btc->bhc", probs, ckv)
 
 
+def _head_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """One batched matmul over the heads (cuBLAS), as DeepSeek's absorbed decode runs it."""
+    return torch.bmm(x.transpose(0, 1), w.transpose(1, 2)).transpose(0, 1)
+
+
 # Each fused op as the composition of an Ops' own unfused ones (tuned or eager).
 _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
     "rmsnorm_linear": lambda ops: lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w),
@@ -290,6 +297,7 @@ def eager_ops() -> Ops:
         attention_decode=_attention_decode,
         attention_prefill=_attention_prefill,
         mla_decode=_mla_decode,
+        head_gemv=_head_gemv,
         linear=F.linear,
     )
     for op in FUSED:
@@ -346,6 +354,10 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
             "rope_dim": qp.shape[2],
             "kv_len": ckv.shape[1],
         },
+    ),
+    "head_gemv": (
+        "head_gemv",
+        lambda x, w: {"batch": x.shape[0], "heads": x.shape[1], "n": w.shape[1], "k": x.shape[2]},
     ),
     "linear": ("skinny_gemm", lambda x, w: {"m": x.shape[0], "n": w.shape[0], "k": x.shape[1]}),
     # The fused ops come last: where they have no kernel, they compose the tuned ops above.
@@ -710,13 +722,13 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         """x (B, hidden); ckv_cache (B, L, kv_lora_rank) and kpe_cache (B, L, rope_dim) holding
         the new token's slot; cos and sin (B, rope_dim/2). Returns (out, ckv_new, kpe_new)."""
         q_nope, q_pe, ckv, kpe = projections(x, cos, sin)
-        # Absorb the key up-projection into the query: (H, B, dn) @ (H, dn, C).
-        q_lat = torch.bmm(q_nope.transpose(0, 1), w["w_uk"]).transpose(0, 1)
+        # Absorb the key up-projection into the query: dn -> C a head.
+        q_lat = ops.head_gemv(q_nope, w["w_uk"])
         if q_rescale != 1.0:
             q_lat, q_pe = q_lat * q_rescale, q_pe * q_rescale
         o_lat = ops.mla_decode(q_lat.contiguous(), q_pe.contiguous(), ckv_cache, kpe_cache)
-        # The value up-projection after attention: (H, B, C) @ (H, C, dv).
-        o = torch.bmm(o_lat.transpose(0, 1), w["w_uv"].transpose(1, 2)).transpose(0, 1)
+        # The value up-projection after attention: C -> dv a head.
+        o = ops.head_gemv(o_lat, w["w_uv"])
         return _mlp(ops, w, o.reshape(x.shape[0], nh * dv), x), ckv, kpe
 
     def prefill(x, cos, sin):
@@ -724,7 +736,7 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         b, t, hidden = x.shape
         flat = x.reshape(b * t, hidden)
         q_nope, q_pe, ckv, kpe = projections(flat, cos.repeat(b, 1), sin.repeat(b, 1))
-        k_nope = torch.einsum("tc,hdc->thd", ckv, w["w_uk"])
+        k_nope = torch.einsum("tc,hcd->thd", ckv, w["w_uk"])
         v = torch.einsum("tc,hdc->thd", ckv, w["w_uv"])
         q = torch.cat([q_nope, q_pe], dim=-1)
         k = torch.cat([k_nope, kpe[:, None, :].expand(-1, nh, r)], dim=-1)

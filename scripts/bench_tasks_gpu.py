@@ -1,6 +1,6 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
-rope, skinny_gemm's CuPy GEMVs at M <= 16 and the fused decode GEMVs rmsnorm_linear,
-linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope): an optional quick sweep that times a short list
+rope, skinny_gemm's CuPy GEMVs at M <= 16, the fused decode GEMVs rmsnorm_linear,
+linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv): an optional quick sweep that times a short list
 of each candidate's configurations at the plan's first shape (one evaluator call per plan:
 verify, then interleaved CUDA-graph timing) and keeps the fastest, then `autotune bench` of that
 configuration against the peers over the plan's shapes. Writes one JSON file per step into
@@ -111,6 +111,10 @@ TRITON_GEMM_GRID = _grid({"block_n": [64, 128], "block_k": [128, 256], "split_k"
 # over the H200's 232,448 B a block (compiled for sm_90).
 TRITON_GEMM_PAIR_GRID = [c for c in TRITON_GEMM_GRID if (c["block_n"], c["block_k"]) != (128, 256)]
 # All but k_warps 16 with n_tiles 4, which the kernel refuses (its partial tiles' shared memory).
+HEAD_GEMV_DOT_GRID = _grid({"block_n": [32, 64, 128], "block_k": [64, 128, 256]})
+HEAD_GEMV_ROW_GRID = _grid(
+    {"block_m": [1], "block_n": [16, 32, 64], "block_k": [128, 256], "use_dot": [False]}
+)
 MMA_GRID = [
     c
     for c in _grid({"k_warps": [4, 8, 16], "n_tiles": [1, 2, 4], "unroll": [1, 2, 4]})
@@ -509,6 +513,22 @@ PLANS = [
             {"head_block": 32, "num_warps": 4, "tokens_per_program": 2},
             {"head_block": 8, "num_warps": 2, "tokens_per_program": 4},
         ),
+    ),
+    # MLA's absorbed projections (head_gemv): the key projection into the query (n 512, k 128)
+    # and the value projection after attention (n 128, k 512), a plan per batch so that each
+    # bucket gets its own best: tensor cores over 16 padded rows, or (batch 1) a broadcast
+    # multiply-reduce one row a program.
+    *(
+        Plan(
+            "head_gemv",
+            "triton_head_gemv.py",
+            [f"b{batch}-h128-{nk}"],
+            HEAD_GEMV_DOT_GRID + (HEAD_GEMV_ROW_GRID if batch == 1 else []),
+            tag=f"{tag}{batch}",
+            peers=FUSED_PEERS,
+        )
+        for tag, nk in [("in", "n512-k128"), ("out", "n128-k512")]
+        for batch in (1, 16, 64)
     ),
 ]
 

@@ -148,6 +148,11 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
         dims = {"batch": b, "heads": cfg.heads, "kv_lora_rank": cfg.kv_lora_rank}
         dims.update({"rope_dim": cfg.rope_dim, "kv_len": n, **dt})
         out["mla_decode"] = [(dims, {"chunk": 8})]
+        absorbed = [(cfg.kv_lora_rank, cfg.qk_nope_dim), (cfg.v_head_dim, cfg.kv_lora_rank)]
+        out["head_gemv"] = [
+            ({"batch": b, "heads": cfg.heads, "n": nn, "k": k, **dt}, {"chunk_heads": 1})
+            for nn, k in absorbed
+        ]
     return {
         task: [
             {
@@ -178,6 +183,7 @@ _BUCKETS = {
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
     "mla_decode": "kv_len",
+    "head_gemv": "batch",
 }
 
 

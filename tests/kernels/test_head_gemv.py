@@ -1,0 +1,143 @@
+"""The per-head GEMV task (MLA's absorbed projections): reference, inputs, shapes, and its
+shipped candidates on the CPU (Triton under the interpreter, with and without tensor cores, and
+ragged blocks) against a wrong kernel and a mutant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.task_checks import (
+    assert_interpreted_and_mutant_caught,
+    assert_shipped_accepted,
+    assert_wrong_rejected,
+    candidate_module,
+    evaluate_with_wrong,
+    gpu_evaluate,
+    hopper_ptx,
+)
+
+# Every head multiplied by head 0's weight.
+WRONG = """
+import torch
+LANGUAGE = "torch"
+def kernel(x, w):
+    return (x.float()[:, :, None, :] * w.float()[0][None, None]).sum(-1).to(x.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("head_gemv")
+
+
+def test_reference_is_each_heads_own_product(task) -> None:
+    shape = task.shapes("cpu")[1]
+    x, w = (t.double() for t in task.make_inputs(shape, 2, "cpu"))
+    got = task.reference(x, w)
+    for h in range(x.shape[1]):
+        torch.testing.assert_close(got[:, h], x[:, h] @ w[h].T)
+
+
+def test_inputs_are_seeded_and_of_order_one(task) -> None:
+    shape = task.shapes("cpu")[-1]
+    a, b, c = (task.make_inputs(shape, s, "cpu") for s in (4, 4, 5))
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not torch.equal(a[1], c[1])
+    y = task.reference(*(t.double() for t in a))
+    assert 0.5 < float(y.std()) < 2.0
+
+
+def test_gpu_shapes_are_deepseeks_absorbed_projections(task) -> None:
+    shapes = task.shapes("cuda")
+    assert {(s.dims["heads"], s.dims["n"], s.dims["k"]) for s in shapes} == {
+        (128, 512, 128),
+        (128, 128, 512),
+    }
+    assert {s.dims["batch"] for s in shapes} == {1, 16, 64}
+    one = next(s for s in shapes if s.name == "b1-h128-n512-k128")
+    assert task.bytes_moved(one) == 2 * 128 * (512 * 128 + 128 + 512)
+
+
+def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [
+            ("torch_head_gemv.py", {"chunk_heads": 1}),
+            ("triton_head_gemv.py", {}),
+            ("triton_head_gemv.py", {"block_m": 1, "block_n": 32, "block_k": 32, "use_dot": False}),
+            ("triton_head_gemv.py", {"block_m": 4, "block_n": 16, "block_k": 64, "use_dot": False}),
+        ],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+def test_a_lost_last_column_of_k_is_caught(task, tmp_path) -> None:
+    """A kernel that drops the last column of each head's k is a mismatch."""
+    assert_interpreted_and_mutant_caught(
+        task,
+        "triton_head_gemv.py",
+        {"block_m": 16, "block_n": 16, "block_k": 32},
+        ("k_ok = kk < K", "k_ok = kk < K - 1"),
+        tmp_path,
+    )
+
+
+def test_the_triton_kernel_refuses_what_it_cannot_run(task) -> None:
+    kernel = candidate_module(task, "triton_head_gemv.py").kernel
+    x = torch.zeros(1, 3, 24)
+    with pytest.raises(ValueError, match=r"w must be \(3, n, 24\)"):
+        kernel(x, torch.zeros(3, 40, 25))
+    with pytest.raises(ValueError, match="use_dot needs"):
+        kernel(x, torch.zeros(3, 40, 24), block_m=1)
+    assert kernel(torch.zeros(0, 3, 24), torch.zeros(3, 40, 24)).shape == (0, 3, 40)
+
+
+@pytest.mark.parametrize(
+    "block_m, block_n, block_k, use_dot", [(16, 64, 128, True), (1, 32, 128, False)]
+)
+def test_the_first_weight_tile_streams_before_the_wait_on_sm90(
+    task, block_m, block_n, block_k, use_dot
+) -> None:
+    """Compiled for sm_90 (no GPU needed): the first weight tile's loads (16-byte vectors,
+    evict-first) come before griddepcontrol.wait; x is read, and y written, after it."""
+    module = candidate_module(task, "triton_head_gemv.py")
+    types = dict.fromkeys(("x_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= dict.fromkeys(("B", "H", "N", "K"), "i32")
+    constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
+    constexprs |= {"USE_DOT": use_dot, "PDL": True}
+    ptx = hopper_ptx(module._head_gemv, types, constexprs, 4, multiples_of_16=("N", "K"))
+    before, wait, after = ptx.partition("griddepcontrol.wait")
+    assert wait and "griddepcontrol.launch_dependents" in after
+    assert "griddepcontrol.launch_dependents" not in before
+
+    def loads(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "ld.global" in line]
+
+    early = loads(before)
+    vectors = block_n * block_k * 2 // 16 // (32 * 4)
+    assert len(early) == vectors and all("evict_first" in x and ".v4." in x for x in early), early
+    assert "st.global" not in before
+    assert [x for x in loads(after) if "evict_first" not in x], "x is read after the wait"
+    assert "st.global" in after
+
+
+@pytest.mark.gpu
+def test_shipped_candidates_on_gpu(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            ("triton_head_gemv.py", {}),
+            (
+                "triton_head_gemv.py",
+                {"block_m": 1, "block_n": 16, "block_k": 128, "use_dot": False},
+            ),
+            ("torch_head_gemv.py", {}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, verdict.reasons
