@@ -81,8 +81,9 @@ def flops(shape: dict) -> int:
 
 
 def eager(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """As model code runs it: one batched matmul over heads (cuBLAS), heads leading."""
-    return torch.bmm(x.transpose(0, 1), w.transpose(1, 2)).transpose(0, 1)
+    """As model code runs it: one batched matmul over heads (cuBLAS), heads leading, then the
+    (batch, heads, n) layout the next projection reads (a copy above batch 1)."""
+    return torch.bmm(x.transpose(0, 1), w.transpose(1, 2)).transpose(0, 1).contiguous()
 
 
 PEERS = {"eager": eager}
