@@ -271,16 +271,13 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
         j = W + 2 * i
         stage = j % STAGES
         mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-        # The other warpgroup's tile j - 1 first: its rescale before S_j is issued, so that the
-        # two products are in flight together (rescaling between them made ptxas wait for S_j).
-        if j > 0:
+        s_acc = _scores(q_smem, kv_smem, stage, s_zero)
+        if j > 0:  # the other warpgroup's tile j - 1 first, its product beside S_j
             o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2,
                                              o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
-            s_acc = _scores(q_smem, kv_smem, stage, s_zero)
             s, o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, o0, o1, o2, o3))
             mbarrier.arrive(free.index((j - 1) % STAGES))
         else:
-            s_acc = _scores(q_smem, kv_smem, stage, s_zero)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
         p16 = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1)).to(q_smem.dtype)
