@@ -1,9 +1,10 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
 rope, skinny_gemm's CuPy GEMVs at M <= 16, the fused decode GEMVs rmsnorm_linear,
-linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv): an optional quick sweep that times a short list
-of each candidate's configurations at the plan's first shape (one evaluator call per plan:
-verify, then interleaved CUDA-graph timing) and keeps the fastest, then `autotune bench` of that
-configuration against the peers over the plan's shapes. Writes one JSON file per step into
+linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv):
+an optional quick sweep that times a short list of each candidate's configurations at the
+plan's first shape (one evaluator call per plan: verify, then interleaved CUDA-graph timing) and
+keeps the fastest, then `autotune bench` of that configuration against the peers over the
+plan's shapes. Writes one JSON file per step into
 OUT_DIR and prints a summary line each.
 
     uv run python scripts/bench_tasks_gpu.py OUT_DIR [--sweep] [--no-bench] [--tasks a,b]

@@ -361,16 +361,26 @@ def hopper_build(
     )
 
 
-def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_early: int = 0):
+def assert_weights_stream_before_the_wait(
+    ptx: str,
+    weight_vectors: int,
+    other_early: int = 0,
+    triggers: bool = True,
+    later_weights: bool = False,
+):
     """Programmatic dependent launch done safely: the kernel issues its `weight_vectors` 16-byte
     weight loads a thread (the evict-first ones) and `other_early` other loads of data nothing
     earlier writes before `griddepcontrol.wait`, reads everything else, and writes, only after
-    it, and lets its dependents launch only after it (so they may rely on everything before
-    this kernel being done, as torch.compile's PDL kernels do)."""
+    it. With `triggers` it lets its dependents launch only after the wait (so they may rely on
+    everything before this kernel being done, as torch.compile's PDL kernels do); without, not
+    at all. `later_weights`: more weight tiles are loaded after the wait (a loop over k)."""
     before, wait, after = ptx.partition("griddepcontrol.wait")
     assert wait, "no griddepcontrol.wait"
-    assert "griddepcontrol.launch_dependents" in after
-    assert "griddepcontrol.launch_dependents" not in before
+    if triggers:
+        assert "griddepcontrol.launch_dependents" in after
+        assert "griddepcontrol.launch_dependents" not in before
+    else:
+        assert "griddepcontrol.launch_dependents" not in ptx
 
     def loads(text: str) -> list[str]:
         return [line for line in text.splitlines() if "ld.global" in line or "cp.async" in line]
@@ -380,8 +390,10 @@ def assert_weights_stream_before_the_wait(ptx: str, weight_vectors: int, other_e
     assert len(weights) == weight_vectors and all(".v4." in line for line in weights), weights
     assert len(early) == weight_vectors + other_early, early
     assert "st.global" not in before and "atom." not in before
-    assert loads(after) and "st.global" in after
-    assert not [line for line in loads(after) if "evict_first" in line]
+    assert [line for line in loads(after) if "evict_first" not in line], "nothing read after"
+    assert "st.global" in after
+    if not later_weights:
+        assert not [line for line in loads(after) if "evict_first" in line]
 
 
 def _python(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:

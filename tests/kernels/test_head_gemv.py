@@ -11,6 +11,7 @@ from loop.tasks import load_task
 from tests.kernels.task_checks import (
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
+    assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
     candidate_module,
     evaluate_with_wrong,
@@ -125,18 +126,8 @@ def test_the_first_weight_tile_streams_before_the_wait_on_sm90(
     constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
     constexprs |= {"USE_DOT": use_dot, "PDL": True}
     ptx = hopper_ptx(module._head_gemv, types, constexprs, 4, multiples_of_16=("N", "K"))
-    before, wait, after = ptx.partition("griddepcontrol.wait")
-    assert wait and "griddepcontrol.launch_dependents" not in ptx
-
-    def loads(text: str) -> list[str]:
-        return [line for line in text.splitlines() if "ld.global" in line]
-
-    early = loads(before)
     vectors = block_n * block_k * 2 // 16 // (32 * 4)
-    assert len(early) == vectors and all("evict_first" in x and ".v4." in x for x in early), early
-    assert "st.global" not in before
-    assert [x for x in loads(after) if "evict_first" not in x], "x is read after the wait"
-    assert "st.global" in after
+    assert_weights_stream_before_the_wait(ptx, vectors, triggers=False, later_weights=True)
 
 
 @pytest.mark.gpu
