@@ -77,7 +77,7 @@ def gluon_build(block_n: int, stages: int, eager_values: bool = False, shared_p:
         name: mangle_type(module._descriptor(torch.zeros(1, 1024, cols, dtype=torch.bfloat16), r))
         for name, (r, cols) in shapes.items()
     }
-    types |= {"po_ptr": "*bf16", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
+    types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
     types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
     constexprs = {"BLOCK_N": block_n, "STAGES": stages, "EAGER_VALUES": eager_values}
     constexprs["SHARED_P"] = shared_p

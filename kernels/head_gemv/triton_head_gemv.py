@@ -1,7 +1,12 @@
 """Per-head GEMV in Triton: a program takes `block_n` output rows of one head's weight for up to
 `block_m` sequences, streaming that weight slice once in (block_n x block_k) tiles (evicted from
 L2 first: no other program reads it). `use_dot` picks tensor cores (tl.dot, rows padded to 16)
-or a broadcast multiply-reduce over k in float32.
+or a broadcast multiply-reduce over k in float32; fp32 inputs take tensor cores at full precision
+(not TF32).
+
+x may be a strided view whose last dim is contiguous (as MLA's query slice is: 128 of a head's
+192 columns), read in place rather than copied. The grid is (output blocks x sequence blocks,
+heads), so a batch of any size launches (the y and z axes stop at 65535).
 
 On Hopper and later it is launched with programmatic dependent launch: its first weight tile,
 which nothing earlier in the stream writes, is loaded before `gdc_wait`, x only after it. It
@@ -24,21 +29,21 @@ PARAMS = {
     "num_warps": [2, 4, 8],
     "use_dot": [True, False],
 }
+MAX_HEADS = 65535
 
 
 @triton.jit
-def _mac(acc, x_ptr, w_rows, rows, k0, m_ok, n_ok, K,
+def _mac(acc, x_rows, w_rows, k0, m_ok, n_ok, K,
          BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, W=None):  # fmt: skip
-    """acc plus one k tile's products (the weight tile `W` when already loaded)."""
+    """acc plus one k tile's products (the weight tile `W` when already loaded); x_rows and
+    w_rows point at each row's first column."""
     kk = k0 + tl.arange(0, BLOCK_K)
     k_ok = kk < K
     if W is None:
         W = _weights(w_rows, kk, n_ok, k_ok)
-    x = tl.load(
-        x_ptr + rows[:, None] * K + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0
-    )
+    x = tl.load(x_rows[:, None] + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
     if USE_DOT:
-        return tl.dot(x, tl.trans(W), acc)
+        return tl.dot(x, tl.trans(W), acc, input_precision="ieee")
     return acc + tl.sum(x.to(tl.float32)[:, None, :] * W.to(tl.float32)[None, :, :], axis=2)
 
 
@@ -52,16 +57,18 @@ def _weights(w_rows, kk, n_ok, k_ok):
 
 @triton.jit
 def _head_gemv(
-    x_ptr, w_ptr, y_ptr, B, H, N, K,
+    x_ptr, w_ptr, y_ptr, B, H, N, K, stride_xb, stride_xh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    rn = tl.program_id(0) % n_blocks * BLOCK_N + tl.arange(0, BLOCK_N)
     head = tl.program_id(1)
-    rm = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rm = tl.program_id(0) // n_blocks * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = rm < B
     n_ok = rn < N
-    rows = rm.to(tl.int64) * H + head  # (sequence, head) rows of x and y
+    rows = rm.to(tl.int64) * H + head  # (sequence, head) rows of y
+    x_rows = x_ptr + rm.to(tl.int64) * stride_xb + head * stride_xh
     w_rows = w_ptr + (head.to(tl.int64) * N + rn) * K
     # The first weight tile, which nothing earlier in the stream writes, before the wait.
     kk = tl.arange(0, BLOCK_K)
@@ -69,9 +76,9 @@ def _head_gemv(
     if PDL:
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc = _mac(acc, x_ptr, w_rows, rows, 0, m_ok, n_ok, K, BLOCK_K, USE_DOT, first)
+    acc = _mac(acc, x_rows, w_rows, 0, m_ok, n_ok, K, BLOCK_K, USE_DOT, first)
     for k0 in range(BLOCK_K, K, BLOCK_K):
-        acc = _mac(acc, x_ptr, w_rows, rows, k0, m_ok, n_ok, K, BLOCK_K, USE_DOT)
+        acc = _mac(acc, x_rows, w_rows, k0, m_ok, n_ok, K, BLOCK_K, USE_DOT)
     out = y_ptr + rows[:, None] * N + rn[None, :]
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
@@ -96,17 +103,21 @@ def kernel(
         raise ValueError(f"w must be ({h}, n, {k}) for x {tuple(x.shape)}, got {tuple(w.shape)}")
     if use_dot and min(block_m, block_n, block_k) < 16:
         raise ValueError("use_dot needs block_m, block_n and block_k of 16 at least (tl.dot)")
+    if h > MAX_HEADS:
+        raise ValueError(f"{h} heads: at most {MAX_HEADS} (the grid's second axis)")
     n = w.shape[1]
-    x, w = x.contiguous(), w.contiguous()
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    w = w.contiguous()
     y = torch.empty((b, h, n), device=x.device, dtype=x.dtype)
     if y.numel() == 0:
         return y
     if k == 0:
         return y.zero_()
-    grid = (triton.cdiv(n, block_n), h, triton.cdiv(b, block_m))
+    grid = (triton.cdiv(n, block_n) * triton.cdiv(b, block_m), h)
     pdl = _pdl(x.device)
     _head_gemv[grid](
-        x, w, y, b, h, n, k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        x, w, y, b, h, n, k, x.stride(0), x.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         USE_DOT=bool(use_dot), PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -8,10 +8,7 @@ registers (a 64 x 512 fp32 accumulator), so each warpgroup owns half of them: bo
 tile's scores and softmax (the same values), then each multiplies the probabilities by its half
 of the latent tile. The warpgroups take turns at the tensor cores (an mbarrier pair passes the
 turn), so one's softmax runs under the other's products. A Triton kernel then merges the splits
-by their log-sum-exp. The splits' normalised partial outputs are kept in the inputs' dtype, as
-FlashInfer keeps them, with their log-sum-exp in fp32: in fp32 they were half as many bytes as
-the whole cache at batch 1 (16.8 against 37.7 MB at 32k tokens), written by the split kernel's
-last moments and read again by the merge.
+by their log-sum-exp.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a multiple of 64, rank 512, rope 64 and
 a cache length a multiple of the tile; anything else is a ValueError naming what (the Triton
@@ -130,7 +127,7 @@ def _store(o, inv_l, po_ptr, rows, col0):
     r = gl.convert_layout(rows, gl.SliceLayout(1, layout))
     il = gl.convert_layout(inv_l, gl.SliceLayout(1, layout))
     ptrs = po_ptr + gl.expand_dims(r * OUT_COLS, 1) + gl.expand_dims(c, 0)
-    gl.store(ptrs, (o * gl.expand_dims(il, 1)).to(po_ptr.dtype.element_ty))
+    gl.store(ptrs, o * gl.expand_dims(il, 1))
 
 
 @gluon.jit
@@ -413,7 +410,7 @@ def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_R:
         lse = tl.load(plse_ptr + row * n_splits + offs, mask=ok, other=float("-inf"))
         o = tl.load(
             po_ptr + (row * n_splits + offs)[:, None] * R + rr[None, :], mask=ok[:, None], other=0.0
-        ).to(tl.float32)
+        )
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         keep = tl.exp2(m - m_new)
         w = tl.exp2(lse - m_new)
@@ -526,7 +523,7 @@ def kernel(
         _descriptor(t, rows)
         for t, rows in ((q_nope, HEADS), (q_pe, HEADS), (ckv, block_n), (kpe, block_n))
     ]
-    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=q_nope.dtype)
+    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
     columns, splits_a_step = merge_shape(b * h, n_splits, sms)
     with torch.cuda.device(device):

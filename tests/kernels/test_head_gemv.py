@@ -4,6 +4,8 @@ ragged blocks) against a wrong kernel and a mutant."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
+    run_interpreted,
 )
 
 # Every head multiplied by head 0's weight.
@@ -108,6 +111,9 @@ def test_the_triton_kernel_refuses_what_it_cannot_run(task) -> None:
         kernel(x, torch.zeros(3, 40, 25))
     with pytest.raises(ValueError, match="use_dot needs"):
         kernel(x, torch.zeros(3, 40, 24), block_m=1)
+    many = torch.zeros(1, 65536, 1).expand(1, 65536, 24)
+    with pytest.raises(ValueError, match="65536 heads: at most 65535"):
+        kernel(many, torch.zeros(1, 1, 24).expand(65536, 1, 24))
     assert kernel(torch.zeros(0, 3, 24), torch.zeros(3, 40, 24)).shape == (0, 3, 40)
 
 
@@ -122,12 +128,70 @@ def test_the_first_weight_tile_streams_before_the_wait_on_sm90(
     kernel after it is not let launch early."""
     module = candidate_module(task, "triton_head_gemv.py")
     types = dict.fromkeys(("x_ptr", "w_ptr", "y_ptr"), "*bf16")
-    types |= dict.fromkeys(("B", "H", "N", "K"), "i32")
+    types |= dict.fromkeys(("B", "H", "N", "K", "stride_xb", "stride_xh"), "i32")
     constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
     constexprs |= {"USE_DOT": use_dot, "PDL": True}
     ptx = hopper_ptx(module._head_gemv, types, constexprs, 4, multiples_of_16=("N", "K"))
     vectors = block_n * block_k * 2 // 16 // (32 * 4)
     assert_weights_stream_before_the_wait(ptx, vectors, triggers=False, later_weights=True)
+
+
+def test_fp32_inputs_on_tensor_cores_are_not_rounded_to_tf32_on_sm90(task) -> None:
+    """Compiled for sm_90 (no GPU needed): with use_dot, fp32 x and w are multiplied in fp32
+    (tl.dot's default would round them to TF32, 10 mantissa bits); bf16 takes bf16 products."""
+    module = candidate_module(task, "triton_head_gemv.py")
+    constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "USE_DOT": True, "PDL": False}
+    shapes = dict.fromkeys(("B", "H", "N", "K", "stride_xb", "stride_xh"), "i32")
+    ptx = {
+        dtype: hopper_ptx(
+            module._head_gemv,
+            dict.fromkeys(("x_ptr", "w_ptr", "y_ptr"), dtype) | shapes,
+            constexprs,
+            4,
+            multiples_of_16=("N", "K"),
+        )
+        for dtype in ("*fp32", "*bf16")
+    }
+    assert "tf32" not in ptx["*fp32"]
+    assert "fma.rn.f32" in ptx["*fp32"]  # the products done on the CUDA cores
+    assert "wgmma" in ptx["*bf16"] or "mma.sync" in ptx["*bf16"]
+
+
+STRIDED = """
+import json
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("head_gemv")
+module = candidate_module(task, "triton_head_gemv.py")
+gen = torch.Generator().manual_seed(5)
+b, h, n, k = 5, 3, 48, 40
+q = torch.randn(b, h, k + 24, generator=gen)  # a head's k columns, then 24 others
+w = torch.randn(h, n, k, generator=gen)
+x = q[..., :k]
+want = task.reference(x.double(), w.double())
+
+
+def copied(*args, **kwargs):
+    raise AssertionError("the kernel copied x")
+
+
+x.contiguous = copied  # read in place, or fail
+errors = []
+for params in ({"block_m": 2, "block_n": 16, "block_k": 16, "use_dot": False},
+               {"block_m": 16, "block_n": 16, "block_k": 32, "use_dot": True}):
+    errors.append(float((module.kernel(x, w, **params).double() - want).abs().max()))
+print(json.dumps(errors))
+"""
+
+
+def test_a_strided_query_slice_is_read_in_place_over_a_grid_of_several_blocks(task) -> None:
+    """Under the interpreter: x a view of each head's first 40 of 64 columns, 5 sequences in
+    blocks of 2 and 48 outputs in blocks of 16 (a 3 x 3 first grid axis), against the
+    reference."""
+    errors = json.loads(run_interpreted(STRIDED))
+    assert len(errors) == 2 and max(errors) < 1e-4, errors
 
 
 @pytest.mark.gpu
