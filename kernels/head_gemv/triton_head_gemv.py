@@ -30,6 +30,7 @@ PARAMS = {
     "use_dot": [True, False],
 }
 MAX_HEADS = 65535
+STRIDED_INPUTS = True  # a decoder block may pass x as a view (it copies only what it must)
 
 
 @triton.jit

@@ -8,7 +8,10 @@ registers (a 64 x 512 fp32 accumulator), so each warpgroup owns half of them: bo
 tile's scores and softmax (the same values), then each multiplies the probabilities by its half
 of the latent tile. The warpgroups take turns at the tensor cores (an mbarrier pair passes the
 turn), so one's softmax runs under the other's products. A Triton kernel then merges the splits
-by their log-sum-exp.
+by their log-sum-exp. Both kernels are launched with programmatic dependent launch: each
+partition of the split kernel waits (griddepcontrol.wait) for the kernel before it before it
+touches global memory, and the loader then lets the merge launch, which waits in turn, so the
+merge's launch passes while the split kernel runs; the merge lets the kernel after it launch.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a multiple of 64, rank 512, rope 64 and
 a cache length a multiple of the tile; anything else is a ValueError naming what (the Triton
@@ -58,11 +61,23 @@ OUT_COLS = gl.constexpr(RANK)
 
 
 @gluon.jit
+def _gdc_wait():
+    """griddepcontrol.wait: the kernel before this one has finished and its writes are seen."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
 def _loader(qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_row, n_tiles,
             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """One warp: the queries once, then each cache tile by TMA into the ring, a buffer as soon as
     both warpgroups have released it (a fresh barrier passes the first wait, parity 1)."""
     q_bar, ready, free, _ = bars
+    _gdc_wait()
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
     mbarrier.expect(q_bar, CHUNKS * qn_desc.block_type.nbytes)
     for c in gl.static_range(CHUNKS - 1):
         tma_load(qn_desc, [q_row, c * CHUNK], q_bar, q_smem.index(c))
@@ -138,6 +153,7 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
     256 W .. 256 W + 255; the two warpgroups take turns at the tensor cores, so one's softmax
     runs under the other's products (flash attention 3's ping-pong)."""
     q_bar, ready, free, turn = bars
+    _gdc_wait()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -250,6 +266,7 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
     maxima and sums, and takes the other warpgroup's. So the tiles' scores are computed once,
     and the running maximum passes from one warpgroup to the other tile by tile."""
     q_bar, ready, free, p_ready = bars
+    _gdc_wait()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -395,10 +412,13 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
 
 @triton.jit
 def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_S: tl.constexpr):  # fmt: skip
+                  BLOCK_S: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """BLOCK_R columns of one (sequence, head): the splits' partial outputs weighted by their
     log-sum-exp, read BLOCK_S splits a step with a running maximum (one pass over the
     partials; at batch 1 one step, the columns spread over four programs a head)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     rr = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     m = tl.max(tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32), axis=0)
@@ -530,10 +550,10 @@ def kernel(
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values),
-            SHARED_P=bool(shared_p), num_warps=4,
+            SHARED_P=bool(shared_p), num_warps=4, launch_pdl=True,
         )  # fmt: skip
         _merge_kernel[(b * h, r // columns)](
             part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,
-            num_warps=4,
+            PDL=True, num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

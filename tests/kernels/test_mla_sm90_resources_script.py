@@ -71,3 +71,21 @@ def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_r
         any(lines[k].startswith("bar.sync") and lines[k].endswith("128;") for k in range(i, j))
         for i, j in zip(fences, published, strict=True)
     )
+
+
+@pytest.mark.parametrize("shared_p", [False, True])
+def test_the_gluon_split_kernel_waits_for_the_kernel_before_it_in_every_partition(
+    shared_p,
+) -> None:
+    """Programmatic dependent launch: the split kernel's build has one griddepcontrol.wait a
+    partition (the two warpgroups and the loader: ptxas may lay their blocks out in any order,
+    so the count is what the text can show), and one launch_dependents, the loader's, after its
+    wait and before its first TMA load."""
+    pytest.importorskip("triton")
+    script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
+    lines = script.gluon_build(32, 4, False, shared_p).asm["ptx"].splitlines()
+    waits = [i for i, s in enumerate(lines) if "griddepcontrol.wait" in s]
+    triggers = [i for i, s in enumerate(lines) if "griddepcontrol.launch_dependents" in s]
+    first_tma = next(i for i, s in enumerate(lines) if "cp.async.bulk.tensor" in s)
+    assert len(waits) == 3 and len(triggers) == 1
+    assert any(w < triggers[0] for w in waits) and triggers[0] < first_tma

@@ -382,6 +382,47 @@ def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp
     assert any("halves.py (workspace commit)" in n for n in ops.notes), ops.notes
 
 
+# A head_gemv kernel that refuses a contiguous query (k = QK_NOPE: a copy of the block's slice).
+VIEWS_ONLY = """
+import torch
+
+LANGUAGE = "torch"
+STRIDED_INPUTS = True
+
+
+def kernel(x, w):
+    if x.shape[-1] == QK_NOPE and x.is_contiguous():
+        raise ValueError("given a copy")
+    return torch.einsum("bhk,hnk->bhn", x, w)
+"""
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_only_a_candidate_that_declares_strided_inputs_gets_the_blocks_views(
+    declared, tmp_path
+) -> None:
+    """The block passes its views as they are to a candidate whose STRIDED_INPUTS is True, and
+    copies to any other (the task's contract): here the query slice (a head's qk_nope columns
+    of its qk_nope + rope), which the kernel above refuses as a copy."""
+    source = VIEWS_ONLY.replace("STRIDED_INPUTS = True", f"STRIDED_INPUTS = {declared}")
+    source = source.replace("QK_NOPE", str(MLA.qk_nope_dim))
+    assert MLA.qk_nope_dim != MLA.kv_lora_rank  # the second projection's k
+    commit = _git_commit_file(tmp_path / "workspace" / "study", "head_gemv/views.py", source)
+    rows = _entries(MLA, "decode")["head_gemv"]
+    for row in rows:
+        row.update(name="views.py", params={}, commit=commit)
+    _write_tables(tmp_path, {"head_gemv": rows})
+    weights = make_weights(MLA, "cpu", seed=0)
+    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    ops = tuned_ops(tmp_path, "cpu")
+    got = decoder_block(MLA, weights, ops).decode(*inputs)
+    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+    refused = [n for n in ops.notes if "views.py refused the inputs (given a copy)" in n]
+    assert bool(refused) is not declared, ops.notes
+
+
 def _decode_with_one_table(tmp_path: Path, cfg, task: str, **entry):
     """A decode block whose only table is `task`'s, every entry updated with `entry`: its ops,
     its outputs and the eager block's."""
