@@ -1,8 +1,8 @@
 """Per-head GEMV in Triton: a program takes `block_n` output rows of one head's weight for up to
 `block_m` sequences, streaming that weight slice once in (block_n x block_k) tiles (evicted from
 L2 first: no other program reads it). `use_dot` picks tensor cores (tl.dot, rows padded to 16)
-or a broadcast multiply-reduce over k in float32; fp32 inputs take tensor cores at full precision
-(not TF32).
+or a broadcast multiply-reduce over k in float32. With `use_dot`, fp32 inputs are multiplied in
+fp32 (input_precision "ieee": fused multiply-adds on the CUDA cores), not rounded to TF32.
 
 x may be a strided view whose last dim is contiguous (as MLA's query slice is: 128 of a head's
 192 columns), read in place rather than copied. The grid is (output blocks x sequence blocks,

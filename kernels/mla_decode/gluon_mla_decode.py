@@ -12,8 +12,8 @@ by their log-sum-exp. Both kernels are launched with programmatic dependent laun
 partition of the split kernel waits (griddepcontrol.wait) for the kernel before it before it
 touches global memory, and the loader then lets the merge launch, which waits in turn, so the
 merge's launch passes while the split kernel runs. The merge does not let the kernel after it
-launch early: at batch 64, where its programs run in several waves, the version that did took
-164.4 us against session 18's 159.1 (session 19's call 3).
+launch early, as head_gemv does not: an early dependent competes with the merge's later waves
+(session 19 measured no clear difference either way).
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a multiple of 64, rank 512, rope 64 and
 a cache length a multiple of the tile; anything else is a ValueError naming what (the Triton

@@ -136,9 +136,10 @@ def test_the_first_weight_tile_streams_before_the_wait_on_sm90(
     assert_weights_stream_before_the_wait(ptx, vectors, triggers=False, later_weights=True)
 
 
-def test_fp32_inputs_on_tensor_cores_are_not_rounded_to_tf32_on_sm90(task) -> None:
-    """Compiled for sm_90 (no GPU needed): with use_dot, fp32 x and w are multiplied in fp32
-    (tl.dot's default would round them to TF32, 10 mantissa bits); bf16 takes bf16 products."""
+def test_fp32_inputs_with_use_dot_are_not_rounded_to_tf32_on_sm90(task) -> None:
+    """Compiled for sm_90 (no GPU needed): with use_dot, fp32 x and w are multiplied in fp32 on
+    the CUDA cores (tl.dot's default would round them to TF32, 10 mantissa bits, on the tensor
+    cores); bf16 takes the tensor cores."""
     module = candidate_module(task, "triton_head_gemv.py")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "USE_DOT": True, "PDL": False}
     shapes = dict.fromkeys(("B", "H", "N", "K", "stride_xb", "stride_xh"), "i32")
