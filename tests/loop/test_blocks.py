@@ -344,6 +344,17 @@ def _git_commit_file(repo: Path, relative: str, text: str) -> str:
     return _git(repo, "rev-parse", "HEAD")
 
 
+def _ops_of_workspace_candidate(tmp_path: Path, task: str, name: str, source: str):
+    """Tuned ops whose only table, `task`'s rows of the MLA decode block (unfused where the
+    block composes `task`), names `source`, committed to a run workspace as `task`/`name`."""
+    commit = _git_commit_file(tmp_path / "workspace" / "study", f"{task}/{name}", source)
+    rows = _entries(MLA, "decode", fused=False)[task]
+    for row in rows:
+        row.update(name=name, params={}, commit=commit)
+    _write_tables(tmp_path, {task: rows})
+    return tuned_ops(tmp_path, "cpu")
+
+
 HALVES_OF_ONE_BUFFER = """
 import torch
 
@@ -362,16 +373,10 @@ def kernel(x, residual, weight):
 @pytest.mark.parametrize("compiled", [False, True], ids=["tuned", "compiled-tuned"])
 def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp_path) -> None:
     """The evaluator accepts two outputs that are views of one buffer; the opaque op must too."""
-    commit = _git_commit_file(
-        tmp_path / "workspace" / "study", "add_rmsnorm/halves.py", HALVES_OF_ONE_BUFFER
-    )
-    rows = _entries(MLA, "decode", fused=False)["add_rmsnorm"]  # unfused: the MLP's add and norm
-    for row in rows:
-        row.update(name="halves.py", params={}, commit=commit)
-    _write_tables(tmp_path, {"add_rmsnorm": rows})
+    # unfused: the MLP's add and norm
+    ops = _ops_of_workspace_candidate(tmp_path, "add_rmsnorm", "halves.py", HALVES_OF_ONE_BUFFER)
     weights = make_weights(MLA, "cpu", seed=0)
     inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
-    ops = tuned_ops(tmp_path, "cpu")
     block = decoder_block(MLA, weights, ops)
     if compiled:
         block = compiled_block(block, backend="aot_eager")
@@ -407,14 +412,9 @@ def test_only_a_candidate_that_declares_strided_inputs_gets_the_blocks_views(
     source = VIEWS_ONLY.replace("STRIDED_INPUTS = True", f"STRIDED_INPUTS = {declared}")
     source = source.replace("QK_NOPE", str(MLA.qk_nope_dim))
     assert MLA.qk_nope_dim != MLA.kv_lora_rank  # the second projection's k
-    commit = _git_commit_file(tmp_path / "workspace" / "study", "head_gemv/views.py", source)
-    rows = _entries(MLA, "decode")["head_gemv"]
-    for row in rows:
-        row.update(name="views.py", params={}, commit=commit)
-    _write_tables(tmp_path, {"head_gemv": rows})
+    ops = _ops_of_workspace_candidate(tmp_path, "head_gemv", "views.py", source)
     weights = make_weights(MLA, "cpu", seed=0)
     inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
-    ops = tuned_ops(tmp_path, "cpu")
     got = decoder_block(MLA, weights, ops).decode(*inputs)
     want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
     for g, w in zip(got, want, strict=True):
