@@ -513,8 +513,8 @@ def _tuned_op(
             modules[path] = _load_module(path)
         notes.append(f"{where}: {choice.name} ({origin}) {choice.params} (tuned on {choice.shape})")
         kernel = functools.partial(modules[path].kernel, **choice.params)
-        # The task gives candidates contiguous inputs; one that declares STRIDED_INPUTS takes
-        # the block's views as they come (a query slice, say) instead of copies.
+        # The evaluator gives candidates contiguous inputs, and one that declares STRIDED_INPUTS
+        # views too; such a one takes the block's views as they come (a query slice, say).
         as_given = getattr(modules[path], "STRIDED_INPUTS", False) is True
         refused = False
 

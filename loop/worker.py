@@ -63,6 +63,7 @@ class Runner:
     shapes: dict = field(default_factory=dict)
     path: str | None = None
     source: str | None = None  # the text the static checks passed (run instead of the file)
+    strided_inputs: bool = False  # it declares STRIDED_INPUTS: verified on views too
 
     @property
     def ok(self) -> bool:
@@ -305,7 +306,7 @@ def _load_runners(ctx: Context, runners: list[Runner], chan: Channel) -> list[Ru
         copy.shapes = {s: dict(e) for s, e in r.shapes.items() if "dropped" in e}
         try:
             if r.kind == "candidate":
-                copy.fn = _load_candidate(Path(r.path), r.label, r.source)
+                copy.fn, copy.strided_inputs = _load_candidate(Path(r.path), r.label, r.source)
                 left = _state_left(ctx)
                 if left:
                     copy.reasons.append(ctx.reason("forbidden-call", f"importing it {left}"))
@@ -393,7 +394,9 @@ def _let_compiled_peers_specialise(torch) -> None:
         dynamo.fail_on_recompile_limit_hit = True
 
 
-def _load_candidate(path: Path, label: str, source: str | None = None):
+def _load_candidate(path: Path, label: str, source: str | None = None) -> tuple:
+    """The candidate's kernel, and whether it declares STRIDED_INPUTS (decoder blocks then pass
+    it views, so verification gives it views too)."""
     name = f"{CANDIDATE_MODULE_PREFIX}{label}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -412,7 +415,7 @@ def _load_candidate(path: Path, label: str, source: str | None = None):
         exec(code, module.__dict__)
     finally:
         sys.modules.pop(name, None)
-    return module.kernel
+    return module.kernel, module.__dict__.get("STRIDED_INPUTS") is True
 
 
 def _as_tuple(value) -> tuple:
@@ -545,10 +548,62 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
     else:
         refs = _reference(task, clones, torch)
     why, worst = _check_outputs(ctx, shape, outputs, refs, peer=runner.kind == "peer")
+    if why is None and runner.strided_inputs:
+        why, worst_views = _verify_on_views(ctx, shape, runner, clones, refs, seed)
+        worst = max(worst, worst_views or 0.0)
     if why is None:
         entry = runner.shapes.setdefault(shape.name, {})
         entry["rel_err"] = max(worst, entry.get("rel_err") or 0.0)
     return why
+
+
+def _padded_views(inputs: tuple, seed: int, torch) -> tuple[tuple, tuple]:
+    """(views, buffers): each tensor input copied into a view of a larger buffer with 8 more
+    elements in the last dim and (2-D and up) one more row in the second-to-last, so the view's
+    strides are not a contiguous tensor's (nor is the third-from-last stride the second-from-
+    last's times its extent); the buffer's other elements random (floating point) or zero."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    views, buffers = [], []
+    for t in inputs:
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            views.append(t)
+            continue
+        pad = [0] * (t.dim() - 2) + [1] * min(t.dim() - 1, 1) + [8]
+        shape = [n + p for n, p in zip(t.shape, pad, strict=True)]
+        if t.is_floating_point():
+            buffer = torch.randn(shape, generator=gen, dtype=torch.float32).to(t.dtype)
+        else:
+            buffer = torch.zeros(shape, dtype=t.dtype)
+        buffer = buffer.to(t.device)
+        view = buffer[tuple(slice(0, n) for n in t.shape)]
+        view.copy_(t)
+        views.append(view)
+        buffers.append(buffer)
+    return tuple(views), tuple(buffers)
+
+
+def _verify_on_views(ctx: Context, shape, runner: Runner, inputs: tuple, refs, seed: int):
+    """A candidate that declares STRIDED_INPUTS, on its inputs as views into larger buffers: its
+    outputs are right and the buffers, gaps included, unchanged. (None, worst) or (why, None)."""
+    views, buffers = _padded_views(inputs, seed, ctx.torch)
+    source = tuple(b.clone() for b in buffers)
+    layouts = [_layout(b) for b in buffers]
+    try:
+        outputs = _call(runner, views)
+        if ctx.device == "cuda":
+            ctx.torch.cuda.synchronize()
+    except BaseException as exc:
+        _state_left(ctx)
+        return _classify(exc, f"{shape.name} (strided inputs)", ctx.reason), None
+    left = _state_left(ctx)
+    if left:
+        return ctx.reason("forbidden-call", f"{shape.name} (strided inputs): the call {left}"), None
+    if not _unchanged(buffers, source, layouts):
+        why = f"{shape.name}: a strided input's buffer changed during the call"
+        return ctx.reason("inputs-modified", why), None
+    return _check_outputs(
+        ctx, dataclasses.replace(shape, name=f"{shape.name} (strided inputs)"), outputs, refs
+    )
 
 
 class _InputsModified(Exception):

@@ -69,7 +69,7 @@ def _head_gemv(
     m_ok = rm < B
     n_ok = rn < N
     rows = rm.to(tl.int64) * H + head  # (sequence, head) rows of y
-    x_rows = x_ptr + rm.to(tl.int64) * stride_xb + head * stride_xh
+    x_rows = x_ptr + rm.to(tl.int64) * stride_xb + head.to(tl.int64) * stride_xh
     w_rows = w_ptr + (head.to(tl.int64) * N + rn) * K
     # The first weight tile, which nothing earlier in the stream writes, before the wait.
     kk = tl.arange(0, BLOCK_K)
@@ -104,8 +104,6 @@ def kernel(
         raise ValueError(f"w must be ({h}, n, {k}) for x {tuple(x.shape)}, got {tuple(w.shape)}")
     if use_dot and min(block_m, block_n, block_k) < 16:
         raise ValueError("use_dot needs block_m, block_n and block_k of 16 at least (tl.dot)")
-    if h > MAX_HEADS:
-        raise ValueError(f"{h} heads: at most {MAX_HEADS} (the grid's second axis)")
     n = w.shape[1]
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -115,10 +113,12 @@ def kernel(
         return y
     if k == 0:
         return y.zero_()
+    if h > MAX_HEADS:
+        raise ValueError(f"{h} heads: at most {MAX_HEADS} (the grid's second axis)")
     grid = (triton.cdiv(n, block_n) * triton.cdiv(b, block_m), h)
     pdl = _pdl(x.device)
     _head_gemv[grid](
-        x, w, y, b, h, n, k, x.stride(0), x.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        USE_DOT=bool(use_dot), PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+        x, w, y, b, h, n, k, x.stride(0), x.stride(1), BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, USE_DOT=bool(use_dot), PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -9,8 +9,8 @@ tile's scores and softmax (the same values), then each multiplies the probabilit
 of the latent tile. The warpgroups take turns at the tensor cores (an mbarrier pair passes the
 turn), so one's softmax runs under the other's products. A Triton kernel then merges the splits
 by their log-sum-exp. Both kernels are launched with programmatic dependent launch: each
-partition of the split kernel waits (griddepcontrol.wait) for the kernel before it before it
-touches global memory, and the loader then lets the merge launch, which waits in turn, so the
+partition of the split kernel waits (griddepcontrol.wait) for the kernel before it, before
+touching global memory, and the loader then lets the merge launch, which waits in turn, so the
 merge's launch passes while the split kernel runs. The merge does not let the kernel after it
 launch early, as head_gemv does not: an early dependent competes with the merge's later waves
 (session 19 measured no clear difference either way).

@@ -104,6 +104,24 @@ def test_a_lost_last_column_of_k_is_caught(task, tmp_path) -> None:
     )
 
 
+def test_a_kernel_that_declares_strided_inputs_but_ignores_the_strides_is_caught(
+    task, tmp_path
+) -> None:
+    """The evaluator gives a candidate that declares STRIDED_INPUTS its inputs as views too: a
+    copy of the Triton kernel that addresses x as if contiguous passes on contiguous inputs
+    and is a mismatch on the views."""
+    assert_interpreted_and_mutant_caught(
+        task,
+        "triton_head_gemv.py",
+        {"block_m": 16, "block_n": 16, "block_k": 32},
+        (
+            "x_rows = x_ptr + rm.to(tl.int64) * stride_xb + head.to(tl.int64) * stride_xh",
+            "x_rows = x_ptr + (rm.to(tl.int64) * H + head) * K",
+        ),
+        tmp_path,
+    )
+
+
 def test_the_triton_kernel_refuses_what_it_cannot_run(task) -> None:
     kernel = candidate_module(task, "triton_head_gemv.py").kernel
     x = torch.zeros(1, 3, 24)
@@ -168,10 +186,14 @@ task = load_task("head_gemv")
 module = candidate_module(task, "triton_head_gemv.py")
 gen = torch.Generator().manual_seed(5)
 b, h, n, k = 5, 3, 48, 40
-q = torch.randn(b, h, k + 24, generator=gen)  # a head's k columns, then 24 others
+# a head's k columns, then 24 others; a spare head, so the batch stride is not h times the
+# head stride
+q = torch.randn(b, h + 1, k + 24, generator=gen)
 w = torch.randn(h, n, k, generator=gen)
-x = q[..., :k]
+x = q[:, :h, :k]
 want = task.reference(x.double(), w.double())
+across = torch.randn(b, k, h, generator=gen).transpose(1, 2)  # columns apart: copied
+want_across = task.reference(across.double(), w.double())
 
 
 def copied(*args, **kwargs):
@@ -183,16 +205,18 @@ errors = []
 for params in ({"block_m": 2, "block_n": 16, "block_k": 16, "use_dot": False},
                {"block_m": 16, "block_n": 16, "block_k": 32, "use_dot": True}):
     errors.append(float((module.kernel(x, w, **params).double() - want).abs().max()))
+    got = module.kernel(across, w, **params).double()
+    errors.append(float((got - want_across).abs().max()))
 print(json.dumps(errors))
 """
 
 
 def test_a_strided_query_slice_is_read_in_place_over_a_grid_of_several_blocks(task) -> None:
-    """Under the interpreter: x a view of each head's first 40 of 64 columns, 5 sequences in
-    blocks of 2 and 48 outputs in blocks of 16 (a 3 x 3 first grid axis), against the
-    reference."""
+    """Under the interpreter: x a view of each head's first 40 of 64 columns (and of 3 of 4
+    heads), 5 sequences in blocks of 2 and 48 outputs in blocks of 16 (a 3 x 3 first grid
+    axis), against the reference; and an x whose columns are not adjacent, which is copied."""
     errors = json.loads(run_interpreted(STRIDED))
-    assert len(errors) == 2 and max(errors) < 1e-4, errors
+    assert len(errors) == 4 and max(errors) < 1e-4, errors
 
 
 @pytest.mark.gpu

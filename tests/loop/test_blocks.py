@@ -402,9 +402,10 @@ def kernel(x, w):
 """
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["tuned", "compiled-tuned"])
 @pytest.mark.parametrize("declared", [True, False])
 def test_only_a_candidate_that_declares_strided_inputs_gets_the_blocks_views(
-    declared, tmp_path
+    declared, compiled, tmp_path
 ) -> None:
     """The block passes its views as they are to a candidate whose STRIDED_INPUTS is True, and
     copies to any other (the task's contract): here the query slice (a head's qk_nope columns
@@ -415,7 +416,10 @@ def test_only_a_candidate_that_declares_strided_inputs_gets_the_blocks_views(
     ops = _ops_of_workspace_candidate(tmp_path, "head_gemv", "views.py", source)
     weights = make_weights(MLA, "cpu", seed=0)
     inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
-    got = decoder_block(MLA, weights, ops).decode(*inputs)
+    block = decoder_block(MLA, weights, ops)
+    if compiled:
+        block = compiled_block(block, backend="aot_eager")
+    got = block.decode(*inputs)
     want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
     for g, w in zip(got, want, strict=True):
         assert _rel(g, w) < 1e-5
