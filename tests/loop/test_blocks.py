@@ -355,6 +355,20 @@ def _ops_of_workspace_candidate(tmp_path: Path, task: str, name: str, source: st
     return tuned_ops(tmp_path, "cpu")
 
 
+def _assert_mla_decodes_as_eager(ops, compiled: bool) -> None:
+    """The MLA decode block on `ops` (compiled with aot_eager where asked) gives the eager
+    block's outputs."""
+    weights = make_weights(MLA, "cpu", seed=0)
+    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    block = decoder_block(MLA, weights, ops)
+    if compiled:
+        block = compiled_block(block, backend="aot_eager")
+    got = block.decode(*inputs)
+    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+
+
 HALVES_OF_ONE_BUFFER = """
 import torch
 
@@ -375,15 +389,7 @@ def test_a_kernel_whose_outputs_share_one_buffer_runs_in_the_block(compiled, tmp
     """The evaluator accepts two outputs that are views of one buffer; the opaque op must too."""
     # unfused: the MLP's add and norm
     ops = _ops_of_workspace_candidate(tmp_path, "add_rmsnorm", "halves.py", HALVES_OF_ONE_BUFFER)
-    weights = make_weights(MLA, "cpu", seed=0)
-    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
-    block = decoder_block(MLA, weights, ops)
-    if compiled:
-        block = compiled_block(block, backend="aot_eager")
-    got = block.decode(*inputs)
-    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
-    for g, w in zip(got, want, strict=True):
-        assert _rel(g, w) < 1e-5
+    _assert_mla_decodes_as_eager(ops, compiled)
     assert any("halves.py (workspace commit)" in n for n in ops.notes), ops.notes
 
 
@@ -414,15 +420,7 @@ def test_only_a_candidate_that_declares_strided_inputs_gets_the_blocks_views(
     source = source.replace("QK_NOPE", str(MLA.qk_nope_dim))
     assert MLA.qk_nope_dim != MLA.kv_lora_rank  # the second projection's k
     ops = _ops_of_workspace_candidate(tmp_path, "head_gemv", "views.py", source)
-    weights = make_weights(MLA, "cpu", seed=0)
-    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
-    block = decoder_block(MLA, weights, ops)
-    if compiled:
-        block = compiled_block(block, backend="aot_eager")
-    got = block.decode(*inputs)
-    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
-    for g, w in zip(got, want, strict=True):
-        assert _rel(g, w) < 1e-5
+    _assert_mla_decodes_as_eager(ops, compiled)
     refused = [n for n in ops.notes if "views.py refused the inputs (given a copy)" in n]
     assert bool(refused) is not declared, ops.notes
 
