@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from loop.dispatch import Choice, load
+from loop.guards import declares_strided_inputs
 from loop.tasks import TaskError, load_task
 
 EPS = 1e-6
@@ -515,7 +516,7 @@ def _tuned_op(
         kernel = functools.partial(modules[path].kernel, **choice.params)
         # The evaluator gives candidates contiguous inputs, and one that declares STRIDED_INPUTS
         # views too; such a one takes the block's views as they come (a query slice, say).
-        as_given = getattr(modules[path], "STRIDED_INPUTS", False) is True
+        as_given = declares_strided_inputs(modules[path])
         refused = False
 
         def run_kernel(*args):

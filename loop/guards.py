@@ -487,6 +487,30 @@ TORCH_HOOKS = {
 # kernel objects have them, so setting one anywhere else changes nothing anyone reads.
 KERNEL_SETTINGS = {"max_dynamic_shared_size_bytes", "preferred_shared_memory_carveout"}
 
+# A task's FORBIDDEN_OPS names every library matrix product at once as LIBRARY_GEMM (task files
+# import nothing of the harness). `dot` is absent on purpose: it would also ban tl.dot.
+LIBRARY_GEMM = "library-gemm"
+LIBRARY_GEMM_OPS = (
+    "matmul",
+    "mm",
+    "bmm",
+    "addmm",
+    "addmv",
+    "addbmm",
+    "baddbmm",
+    "mv",
+    "linear",
+    "einsum",
+    "tensordot",
+    "inner",
+    "chain_matmul",
+    "multi_dot",
+    "_scaled_mm",
+    "_int_mm",
+    "gemm",
+    "cublas",
+)
+
 # Methods a candidate may not define: they run inside the harness, at times it does not choose.
 HOOK_METHODS = (
     "__torch_function__",
@@ -660,8 +684,20 @@ def _normalised(name: str) -> str:
     return name.lower().replace("_", "")
 
 
+def declares_strided_inputs(module) -> bool:
+    """Whether a loaded candidate module declares STRIDED_INPUTS (read from its namespace, not
+    through a module `__getattr__`): decoder blocks then pass it views, and the evaluator
+    verifies it on views too."""
+    return module.__dict__.get("STRIDED_INPUTS") is True
+
+
 def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()) -> StaticReport:
-    """All static reasons to reject `source`; an empty list means it may be loaded."""
+    """All static reasons to reject `source`; an empty list means it may be loaded.
+    `forbidden_ops` may name LIBRARY_GEMM for LIBRARY_GEMM_OPS."""
+    forbidden_ops = tuple(
+        expanded for op in forbidden_ops
+        for expanded in (LIBRARY_GEMM_OPS if op == LIBRARY_GEMM else (op,))
+    )  # fmt: skip
     try:
         tree = parse(source, filename)
     except SyntaxError as exc:

@@ -415,7 +415,7 @@ def _load_candidate(path: Path, label: str, source: str | None = None) -> tuple:
         exec(code, module.__dict__)
     finally:
         sys.modules.pop(name, None)
-    return module.kernel, module.__dict__.get("STRIDED_INPUTS") is True
+    return module.kernel, guards.declares_strided_inputs(module)
 
 
 def _as_tuple(value) -> tuple:

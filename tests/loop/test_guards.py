@@ -404,6 +404,17 @@ def test_forbidden_ops_imported_under_another_spelling() -> None:
     assert "calls-reference" in codes(source, NORMS)
 
 
+@pytest.mark.parametrize(
+    "body", ["y = torch.bmm(x, x)", "y = torch.nn.functional.linear(x, x)", "y = x @ x"]
+)
+def test_library_gemm_forbids_every_library_matrix_product(body: str) -> None:
+    """A task's FORBIDDEN_OPS may name "library-gemm" for loop.guards.LIBRARY_GEMM_OPS, the @
+    operator (a matmul) included; with the other ops beside it."""
+    assert "calls-reference" in codes(kernel_source(body), ("library-gemm",))
+    assert "calls-reference" in codes(kernel_source(body), ("library-gemm", "rms_norm"))
+    assert "calls-reference" not in codes(kernel_source(body), ("rms_norm",))
+
+
 def test_own_functions_named_like_a_forbidden_op_pass() -> None:
     source = (
         HEADER + "def _rmsnorm_rows(x):\n    return x * 2\n"
