@@ -122,6 +122,26 @@ MMA_GRID = [
     if c["k_warps"] * c["n_tiles"] <= 32
 ]
 
+# The streaming GEMVs: tile height and width, stages (tiles in flight + 1) and programs an SM;
+# at long K (16k-18k) one 16k-wide tile a row (x held in registers) too, at short K (1.5k-7k)
+# wider rows only (one or a few tiles a row).
+STREAM_LONG_K = _grid(
+    {
+        "block_n": [1, 2, 4],
+        "block_k": [2048, 4096],
+        "num_stages": [3, 5],
+        "programs_per_sm": [1, 2],
+    },
+    *_grid({"block_n": [1], "block_k": [16384], "num_stages": [3], "programs_per_sm": [1, 2]}),
+)
+STREAM_SHORT_K = _grid(
+    {
+        "block_n": [1, 2, 4, 8],
+        "block_k": [2048, 8192],
+        "num_stages": [3, 5],
+        "programs_per_sm": [1, 2],
+    }
+)
 # The fused GEMV tasks' CuPy and row-resident Triton candidates.
 GEMVS = {
     "rmsnorm_linear": ("cupy_rmsnorm_gemv.py", "triton_rmsnorm_gemv.py"),
@@ -282,6 +302,30 @@ PLANS = [
             ),
             Plan(task, GEMVS[task][1], [f"m1-{nk}"], TRITON_GEMV_GRID, tag=tag, peers=FUSED_PEERS),
         )
+    ),
+    # The persistent, pipelined GEMVs (a run of W's rows a program, tiles kept in flight in
+    # shared memory) at DeepSeek-V3's one-token projections, where the one-shot Triton GEMVs
+    # stream W at 91-93 % (the residual ones) and 60-83 % (the norm ones) of copy in the block.
+    *(
+        Plan(task, candidate, [f"m1-{nk}"], grid, tag=tag, peers=FUSED_PEERS)
+        for task, candidate, grid, tag, nk in [
+            ("linear_residual", "triton_gemv_stream.py", STREAM_LONG_K, "mla_o", "n7168-k16384"),
+            ("linear_residual", "triton_gemv_stream.py", STREAM_LONG_K, "mla_down", "n7168-k18432"),
+            (
+                "rmsnorm_linear",
+                "triton_rmsnorm_gemv_stream.py",
+                STREAM_SHORT_K,
+                "mla_q_b",
+                "n24576-k1536",
+            ),
+            (
+                "rmsnorm_linear",
+                "triton_rmsnorm_gemv_stream.py",
+                STREAM_SHORT_K,
+                "mla_qkv_a",
+                "n2112-k7168",
+            ),
+        ]
     ),
     Plan(
         "rmsnorm_linear_swiglu",

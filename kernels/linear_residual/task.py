@@ -107,6 +107,7 @@ CANDIDATES = {
     "cuda": [
         "cupy_gemv_residual.py",
         "triton_gemv_residual.py",
+        "triton_gemv_stream.py",
         "triton_gemm_residual.py",
         "torch_linear_residual.py",
     ],

@@ -103,7 +103,12 @@ PEERS = {"eager": eager}
 COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 
 CANDIDATES = {
-    "cuda": ["cupy_rmsnorm_gemv.py", "triton_rmsnorm_gemv.py", "torch_rmsnorm_linear.py"],
+    "cuda": [
+        "cupy_rmsnorm_gemv.py",
+        "triton_rmsnorm_gemv.py",
+        "triton_rmsnorm_gemv_stream.py",
+        "torch_rmsnorm_linear.py",
+    ],
     "cpu": ["torch_rmsnorm_linear.py"],
 }
 

@@ -396,6 +396,20 @@ def assert_weights_stream_before_the_wait(
         assert not [line for line in loads(after) if "evict_first" in line]
 
 
+def assert_streams_after_the_wait(ptx: str, prefetches: int) -> None:
+    """A persistent streaming GEMV's PDL done safely: before `griddepcontrol.wait` nothing but
+    `prefetches` L2 prefetch instructions (no load, copy or store); after it, the dependents'
+    launch, W's tiles as 16-byte cp.async copies into shared memory, and the stores."""
+    before, wait, after = ptx.partition("griddepcontrol.wait")
+    assert wait, "no griddepcontrol.wait"
+    assert "ld.global" not in before and "cp.async" not in before and "st.global" not in before
+    assert before.count("prefetch.global.L2") == prefetches
+    assert "griddepcontrol.launch_dependents" in after
+    copies = [line for line in after.splitlines() if line.strip().startswith("cp.async.cg")]
+    assert copies and all("0x10" in line for line in copies)
+    assert "st.global" in after
+
+
 def _python(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
     """`script` run with `args` in a fresh Python from the checkout's root, its output kept."""
     import sys

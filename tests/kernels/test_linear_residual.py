@@ -12,6 +12,7 @@ from tests.kernels.task_checks import (
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
+    assert_streams_after_the_wait,
     assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
     candidate_module,
@@ -89,6 +90,33 @@ def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path)
     assert_interpreted_and_mutant_caught(task, "triton_gemv_residual.py", params, bug, tmp_path)
 
 
+@pytest.mark.parametrize("block_k", [64, 1024])
+def test_the_streaming_gemv_under_the_interpreter_and_a_mutant(task, tmp_path, block_k) -> None:
+    """K of 72 and 96 in two 64-wide chunks (the second short), and in one chunk (x held in
+    registers); two rows a tile, four programs over 20 and 32 row blocks, 1 to 16 rows
+    of x. The mutant forgets the residual."""
+    params = {"block_n": 2, "block_k": block_k, "num_stages": 3, "programs_per_sm": 1}
+    bug = ("out = tl.sum(acc, axis=1) + res", "out = tl.sum(acc, axis=1)")
+    assert_interpreted_and_mutant_caught(task, "triton_gemv_stream.py", params, bug, tmp_path)
+
+
+@pytest.mark.parametrize("block_k,early_kib", [(2048, 0), (16384, 0), (4096, 16)])
+def test_the_streaming_gemv_pipelines_w_and_reads_nothing_before_the_wait(
+    task, block_k, early_kib
+) -> None:
+    """Compiled for sm_90 (no GPU needed): W's tiles stream through 16-byte cp.async copies into
+    shared memory, every load and store comes after griddepcontrol.wait, and before it there is
+    at most the L2 prefetch of early_kib KiB of W (one 128-byte line a lane)."""
+    module = candidate_module(task, "triton_gemv_stream.py")
+    types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
+    types |= {"N": "i32", "progs": "i32"}
+    lanes = max(1, early_kib * 1024 // module.LINE)
+    constexprs = {"K": 16384, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
+    constexprs |= {"EARLY": early_kib, "EARLY_LANES": lanes, "LINE_ELEMS": module.LINE // 2}
+    ptx = hopper_ptx(module._gemv_stream, types, constexprs, 8, num_stages=3)
+    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0)
+
+
 def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
     assert_splitk_launches_compile(task, "cupy_gemv_residual.py")
 
@@ -102,6 +130,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
             ("triton_gemv_residual.py", {}),
             ("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8, "prefetch_ahead": 1024}),
+            ("triton_gemv_stream.py", {}),
+            ("triton_gemv_stream.py", {"block_n": 4, "block_k": 1024, "early_kib": 16}),
             ("triton_gemm_residual.py", {}),
             ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
             ("torch_linear_residual.py", {}),
@@ -117,6 +147,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
     [
         ("cupy_gemv_residual.py", {"per_lane": 2, "n_per_block": 2, "rows": 4}),
         ("triton_gemv_residual.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
+        ("triton_gemv_stream.py", {"block_n": 4, "block_k": 1024, "programs_per_sm": 1}),
         ("triton_gemm_residual.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
     ],
 )
@@ -171,7 +202,8 @@ def test_prefetch_ahead_asks_l2_for_the_next_waves_rows_before_the_wait(task) ->
 def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     """Launched with programmatic dependent launch right after kernels that write x and r
     200 us late, it still reads the new x and r (W streams early; it is never written), with
-    the next wave's rows asked of L2 too."""
+    the next wave's rows asked of L2 too; and so does the streaming GEMV, its first 64 KiB of W
+    asked of L2 before it waits."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gemv_residual.py")
@@ -181,6 +213,9 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r), (x, r), want)
     ahead = {"block_n": 2, "per_lane": 8, "prefetch_ahead": 1024}
     assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r, **ahead), (x, r), want)
+    stream = candidate_module(task, "triton_gemv_stream.py")
+    early = {"block_k": 2048, "early_kib": 64}
+    assert_waits_for_late_inputs(lambda x, r: stream.kernel(x, w, r, **early), (x, r), want)
 
 
 @pytest.mark.parametrize("params", [{"split_k": 1}, {"split_k": 2}])

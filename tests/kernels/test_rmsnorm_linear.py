@@ -11,6 +11,7 @@ from tests.kernels.task_checks import (
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
+    assert_streams_after_the_wait,
     assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
     candidate_module,
@@ -91,6 +92,39 @@ def test_the_triton_candidate_under_the_interpreter_and_a_mutant(task, tmp_path)
     assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemv.py", params, bug, tmp_path)
 
 
+@pytest.mark.parametrize("block_k", [64, 1024])
+def test_the_streaming_gemv_under_the_interpreter_and_a_mutant(task, tmp_path, block_k) -> None:
+    """K of 72 and 96 in two 64-wide chunks (the second short; the squares summed over both),
+    and in one chunk (x g held in registers); two rows a tile, four programs over 20 and 32 row
+    blocks, 1 to 16 rows of x. The mutant forgets the norm weight g."""
+    params = {"block_n": 2, "block_k": block_k, "num_stages": 3, "programs_per_sm": 1}
+    bug = (
+        ("xg_row = x_row * tl.load(g_ptr", "xg_row = x_row + 0 * tl.load(g_ptr")
+        if block_k > 96
+        else ("xg *= tl.load(g_ptr", "xg += 0 * tl.load(g_ptr")
+    )
+    candidate = "triton_rmsnorm_gemv_stream.py"
+    assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "k,block_k,early_kib", [(7168, 2048, 0), (1536, 2048, 0), (7168, 8192, 16)]
+)
+def test_the_streaming_gemv_pipelines_w_and_reads_nothing_before_the_wait(
+    task, k, block_k, early_kib
+) -> None:
+    """Compiled for sm_90 (no GPU needed): nothing but early_kib KiB of L2 prefetch before
+    griddepcontrol.wait; W's tiles as 16-byte cp.async copies after it."""
+    module = candidate_module(task, "triton_rmsnorm_gemv_stream.py")
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"N": "i32", "progs": "i32", "eps": "fp32"}
+    lanes = max(1, early_kib * 1024 // module.LINE)
+    constexprs = {"K": k, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
+    constexprs |= {"EARLY": early_kib, "EARLY_LANES": lanes, "LINE_ELEMS": module.LINE // 2}
+    ptx = hopper_ptx(module._rmsnorm_gemv_stream, types, constexprs, 8, num_stages=3)
+    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0)
+
+
 def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
     assert_splitk_launches_compile(task, "cupy_rmsnorm_gemv.py")
 
@@ -103,6 +137,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("cupy_rmsnorm_gemv.py", {}),
             ("cupy_rmsnorm_gemv.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
             ("triton_rmsnorm_gemv.py", {}),
+            ("triton_rmsnorm_gemv_stream.py", {}),
+            ("triton_rmsnorm_gemv_stream.py", {"block_n": 4, "block_k": 1024, "early_kib": 16}),
             ("torch_rmsnorm_linear.py", {}),
         ],
     )
@@ -116,6 +152,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
     [
         ("cupy_rmsnorm_gemv.py", {"per_lane": 2, "n_per_block": 2, "rows": 4}),
         ("triton_rmsnorm_gemv.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
+        ("triton_rmsnorm_gemv_stream.py", {"block_n": 4, "block_k": 1024, "programs_per_sm": 1}),
+        ("triton_rmsnorm_gemv_stream.py", {"block_n": 2, "block_k": 8192}),
     ],
 )
 def test_the_fused_gemv_normalises_each_row_on_its_own(task, candidate, params) -> None:
@@ -156,7 +194,9 @@ def test_the_triton_gemv_streams_w_before_waiting_on_the_kernel_before_it(
 @pytest.mark.gpu
 def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
     """Launched with programmatic dependent launch right after a kernel that writes x 200 us
-    late, it still reads the new x (W and g stream early; they are never written)."""
+    late, it still reads the new x (W and g stream early; they are never written); and so does
+    the streaming GEMV, over several chunks of K with 64 KiB of W asked of L2 first, and over
+    one."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_rmsnorm_gemv.py")
@@ -164,3 +204,6 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
     x, g, w = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), g.double(), w.double())
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
+    stream = candidate_module(task, "triton_rmsnorm_gemv_stream.py")
+    for params in ({"block_k": 1024, "early_kib": 64}, {"block_k": 4096}):
+        assert_waits_for_late_inputs(lambda x, p=params: stream.kernel(x, g, w, **p), (x,), want)

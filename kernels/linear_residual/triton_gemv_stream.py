@@ -1,0 +1,148 @@
+"""A GEMV with its residual add folded in, in Triton, for decode: y = x W^T + r, the residual
+added to the float32 sums before rounding. A persistent, pipelined stream over W.
+
+Each program owns a contiguous run of W's rows (the runs differ by at most one row) and walks it
+as one loop over (row block, k chunk) tiles, `block_n` rows by `block_k` columns. Triton's
+software pipeliner keeps `num_stages - 1` tiles in flight in shared memory while the current
+one is multiplied into a float32 accumulator, so a program never stops streaming between rows:
+the one-shot GEMV (`triton_gemv_residual.py`) loads a whole row, reduces it and exits, and the
+SM's traffic dips at each program's end. A row block's sums are reduced and stored, with the
+residual added, when its last chunk is in.
+
+The grid is `programs_per_sm` programs per SM for each row of x (a few rows at decode; each
+reads W again, from L2 when it fits).
+
+On Hopper and later the kernel is launched with programmatic dependent launch: it waits
+(`gdc_wait`) before its loop, which reads x, and then lets the kernel after it launch. Before
+the wait it asks L2 (`prefetch.global.L2`, no register held) for the first `early_kib` KiB of
+its run of W, which nothing earlier in the stream writes, so that they stream while the kernel
+before it drains. A prefetch changes no value; the interpreter has no inline PTX and skips it.
+"""
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+LANGUAGE = "triton"
+PARAMS = {
+    "block_n": [1, 2, 4],
+    "block_k": [64, 256, 1024, 2048, 4096, 8192, 16384, 32768],
+    "num_stages": [2, 3, 4, 5, 6],
+    "num_warps": [4, 8],
+    "programs_per_sm": [1, 2, 3, 4],
+    "early_kib": [0, 16, 64],
+}
+LINE = 128  # bytes an L2 prefetch asks for
+
+
+@triton.jit
+def _gemv_stream(
+    x_ptr, w_ptr, r_ptr, y_ptr, N, progs,
+    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr, EARLY: tl.constexpr, EARLY_LANES: tl.constexpr, LINE_ELEMS: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    row = tl.program_id(1).to(tl.int64)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    k_tiles: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    first = pid * n_blocks // progs
+    last = (pid + 1) * n_blocks // progs
+    if EARLY > 0:
+        # the run's first EARLY bytes of W, one 128-byte line a lane (W's rows are contiguous)
+        base = w_ptr + first.to(tl.int64) * BLOCK_N * K
+        end = last.to(tl.int64) * BLOCK_N * K
+        lines = tl.arange(0, EARLY_LANES).to(tl.int64) * LINE_ELEMS
+        lines = tl.minimum(lines, end - first.to(tl.int64) * BLOCK_N * K - 1)
+        _prefetch_l2(base + lines)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    rb = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    if k_tiles == 1:
+        # one chunk spans K: x is read once, into registers, not again with every tile
+        x_row = tl.load(x_ptr + row * K + rk, mask=rk < K, other=0.0).to(tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    for t in tl.range(first * k_tiles, last * k_tiles, num_stages=STAGES):
+        b = t // k_tiles
+        kk = t - b * k_tiles
+        rn = b * BLOCK_N + rb
+        ks = kk * BLOCK_K + rk
+        n_ok = rn < N
+        k_ok = ks < K
+        w = tl.load(
+            w_ptr + rn[:, None].to(tl.int64) * K + ks[None, :],
+            mask=n_ok[:, None] & k_ok[None, :], other=0.0, eviction_policy="evict_first",
+        )  # fmt: skip
+        if k_tiles == 1:
+            x = x_row
+        else:
+            x = tl.load(x_ptr + row * K + ks, mask=k_ok, other=0.0).to(tl.float32)
+        acc += w.to(tl.float32) * x[None, :]
+        if kk == k_tiles - 1:
+            res = tl.load(r_ptr + row * N + rn, mask=n_ok, other=0.0).to(tl.float32)
+            out = tl.sum(acc, axis=1) + res
+            tl.store(y_ptr + row * N + rn, out.to(y_ptr.dtype.element_ty), mask=n_ok)
+            acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+
+
+@triton.jit
+def _prefetch_l2(ptrs):
+    """Ask L2 for the line of each address (a hint: nothing is read into the program)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+        dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: CUDA devices of compute capability 9 and later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@functools.cache
+def _sms(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device; the interpreter's grid is kept small."""
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def kernel(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    r: torch.Tensor,
+    block_n: int = 1,
+    block_k: int = 4096,
+    num_stages: int = 4,
+    num_warps: int = 8,
+    programs_per_sm: int = 2,
+    early_kib: int = 0,
+) -> torch.Tensor:
+    m, k = x.shape
+    n = w.shape[0]
+    if w.shape != (n, k) or r.shape != (m, n):
+        raise ValueError(
+            f"w must be (n, {k}) and r ({m}, n), got {tuple(w.shape)}, {tuple(r.shape)}"
+        )
+    x, w, r = x.contiguous(), w.contiguous(), r.contiguous()
+    y = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    if m == 0 or n == 0:
+        return y
+    if m > 65535:
+        raise ValueError(f"at most 65535 rows of x, got {m}")
+    block_k = min(block_k, triton.next_power_of_2(k))
+    programs = min(triton.cdiv(n, block_n), _sms(x.device) * programs_per_sm)
+    cuda = x.device.type == "cuda"
+    pdl = _pdl(x.device)
+    early_lanes = triton.next_power_of_2(max(1, early_kib * 1024 // LINE))
+    _gemv_stream[(programs, m)](
+        x, w, r, y, n, programs, K=k, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=num_stages, PDL=pdl,
+        EARLY=early_kib if cuda else 0, EARLY_LANES=early_lanes,
+        LINE_ELEMS=max(1, LINE // w.element_size()),
+        num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
+    )  # fmt: skip
+    return y
