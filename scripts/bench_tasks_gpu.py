@@ -305,7 +305,8 @@ PLANS = [
     ),
     # The persistent, pipelined GEMVs (a run of W's rows a program, tiles kept in flight in
     # shared memory) at DeepSeek-V3's one-token projections, where the one-shot Triton GEMVs
-    # stream W at 91-93 % (the residual ones) and 60-83 % (the norm ones) of copy in the block.
+    # stream W at 91-93 % (the residual ones) and 60-83 % (the norm ones) of copy in the block,
+    # and at Llama-3-8B's o and down projections.
     *(
         Plan(task, candidate, [f"m1-{nk}"], grid, tag=tag, peers=FUSED_PEERS)
         for task, candidate, grid, tag, nk in [
@@ -325,6 +326,8 @@ PLANS = [
                 "mla_qkv_a",
                 "n2112-k7168",
             ),
+            ("linear_residual", "triton_gemv_stream.py", STREAM_SHORT_K, "o", "n4096-k4096"),
+            ("linear_residual", "triton_gemv_stream.py", STREAM_LONG_K, "down", "n4096-k14336"),
         ]
     ),
     Plan(

@@ -27,7 +27,7 @@ import triton.language as tl
 
 LANGUAGE = "triton"
 PARAMS = {
-    "block_n": [1, 2, 4],
+    "block_n": [1, 2, 4, 8],
     "block_k": [64, 256, 1024, 2048, 4096, 8192, 16384, 32768],
     "num_stages": [2, 3, 4, 5, 6],
     "num_warps": [4, 8],
