@@ -131,7 +131,10 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_gemv_residual.py", {}),
             ("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8, "prefetch_ahead": 1024}),
             ("triton_gemv_stream.py", {}),
-            ("triton_gemv_stream.py", {"block_n": 4, "block_k": 1024, "early_kib": 16}),
+            (
+                "triton_gemv_stream.py",
+                {"block_n": 4, "block_k": 1024, "overlap": True, "early_kib": 16},
+            ),
             ("triton_gemm_residual.py", {}),
             ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
             ("torch_linear_residual.py", {}),
@@ -202,8 +205,8 @@ def test_prefetch_ahead_asks_l2_for_the_next_waves_rows_before_the_wait(task) ->
 def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     """Launched with programmatic dependent launch right after kernels that write x and r
     200 us late, it still reads the new x and r (W streams early; it is never written), with
-    the next wave's rows asked of L2 too; and so does the streaming GEMV, its first 64 KiB of W
-    asked of L2 before it waits."""
+    the next wave's rows asked of L2 too; and so does the streaming GEMV launched to overlap, its
+    first 64 KiB of W asked of L2 before it waits."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gemv_residual.py")
@@ -214,7 +217,7 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     ahead = {"block_n": 2, "per_lane": 8, "prefetch_ahead": 1024}
     assert_waits_for_late_inputs(lambda x, r: module.kernel(x, w, r, **ahead), (x, r), want)
     stream = candidate_module(task, "triton_gemv_stream.py")
-    early = {"block_k": 2048, "early_kib": 64}
+    early = {"block_k": 2048, "overlap": True, "early_kib": 64}
     assert_waits_for_late_inputs(lambda x, r: stream.kernel(x, w, r, **early), (x, r), want)
 
 

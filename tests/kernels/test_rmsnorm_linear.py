@@ -138,7 +138,10 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("cupy_rmsnorm_gemv.py", {"per_lane": 2, "n_per_block": 1, "rows": 1}),
             ("triton_rmsnorm_gemv.py", {}),
             ("triton_rmsnorm_gemv_stream.py", {}),
-            ("triton_rmsnorm_gemv_stream.py", {"block_n": 4, "block_k": 1024, "early_kib": 16}),
+            (
+                "triton_rmsnorm_gemv_stream.py",
+                {"block_n": 4, "block_k": 1024, "overlap": True, "early_kib": 16},
+            ),
             ("torch_rmsnorm_linear.py", {}),
         ],
     )
@@ -195,7 +198,7 @@ def test_the_triton_gemv_streams_w_before_waiting_on_the_kernel_before_it(
 def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
     """Launched with programmatic dependent launch right after a kernel that writes x 200 us
     late, it still reads the new x (W and g stream early; they are never written); and so does
-    the streaming GEMV, over several chunks of K with 64 KiB of W asked of L2 first, and over
+    the streaming GEMV launched to overlap, over several chunks of K with 64 KiB of W asked of L2 first, and over
     one."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
@@ -205,5 +208,9 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
     want = task.reference(x.double(), g.double(), w.double())
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
     stream = candidate_module(task, "triton_rmsnorm_gemv_stream.py")
-    for params in ({"block_k": 1024, "early_kib": 64}, {"block_k": 4096}):
+    overlapping = (
+        {"block_k": 1024, "overlap": True, "early_kib": 64},
+        {"block_k": 4096, "overlap": True},
+    )
+    for params in overlapping:
         assert_waits_for_late_inputs(lambda x, p=params: stream.kernel(x, g, w, **p), (x,), want)
