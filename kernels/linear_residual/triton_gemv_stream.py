@@ -12,13 +12,13 @@ residual added, when its last chunk is in.
 The grid is `programs_per_sm` programs per SM for each row of x (a few rows at decode; each
 reads W again, from L2 when it fits).
 
-On Hopper and later the kernel waits (`gdc_wait`) before its loop, which reads x, and then lets the kernel
-after it launch early (programmatic dependent launch). With `overlap` it is launched that way
-itself: its programs may then become resident while the kernel before it runs, and before the
-wait each asks L2 (`prefetch.global.L2`, no register held) for the first `early_kib` KiB of its
-run of W, which nothing earlier in the stream writes. Without (the default) it starts when the
-kernel before it has ended: in the DeepSeek decode block, programs resident early held shared
-memory and threads the kernel before needed, and the block ran 13 % slower (session 20). A
+On Hopper and later the kernel waits (`gdc_wait`) before its loop, which reads x, and lets the
+kernel after it launch (programmatic dependent launch) once its run of W is done. With `overlap` it
+is launched that way itself: its programs may then become resident while the kernel before it runs,
+and before the wait each asks L2 (`prefetch.global.L2`, no register held) for the first `early_kib`
+KiB of its run of W, which nothing earlier in the stream writes. Without (the default) it starts
+when the kernel before it has ended: in the DeepSeek decode block, programs resident early held
+shared memory and threads the kernel before needed, and the block ran 13 % slower (session 20). A
 prefetch changes no value; the interpreter has no inline PTX and skips it.
 """
 
@@ -62,7 +62,6 @@ def _gemv_stream(
         _prefetch_l2(base + lines)
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     rb = tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     if k_tiles == 1:
@@ -90,6 +89,10 @@ def _gemv_stream(
             out = tl.sum(acc, axis=1) + res
             tl.store(y_ptr + row * N + rn, out.to(y_ptr.dtype.element_ty), mask=n_ok)
             acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    if PDL:
+        # only once the run is done: dependents launched at the start sat on every SM for the
+        # whole run, and the block's next GEMV took 52 us longer (session 20)
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit

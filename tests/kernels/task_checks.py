@@ -398,16 +398,19 @@ def assert_weights_stream_before_the_wait(
 
 def assert_streams_after_the_wait(ptx: str, prefetches: int) -> None:
     """A persistent streaming GEMV's PDL done safely: before `griddepcontrol.wait` nothing but
-    `prefetches` L2 prefetch instructions (no load, copy or store); after it, the dependents'
-    launch, W's tiles as 16-byte cp.async copies into shared memory, and the stores."""
+    `prefetches` L2 prefetch instructions (no load, copy or store); after it, W's tiles as
+    16-byte cp.async copies into shared memory, the stores, and only then the dependents'
+    launch."""
     before, wait, after = ptx.partition("griddepcontrol.wait")
     assert wait, "no griddepcontrol.wait"
     assert "ld.global" not in before and "cp.async" not in before and "st.global" not in before
     assert before.count("prefetch.global.L2") == prefetches
-    assert "griddepcontrol.launch_dependents" in after
     copies = [line for line in after.splitlines() if line.strip().startswith("cp.async.cg")]
     assert copies and all("0x10" in line for line in copies)
     assert "st.global" in after
+    # the dependents launch once the program's run is done: after its last copy and store
+    trigger = after.index("griddepcontrol.launch_dependents")
+    assert after.rindex("st.global") < trigger and after.rindex("cp.async.cg") < trigger
 
 
 def _python(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
