@@ -17,9 +17,8 @@ kernel after it launch (programmatic dependent launch) once its run of W is done
 is launched that way itself: its programs may then become resident while the kernel before it runs,
 and before the wait each asks L2 (`prefetch.global.L2`, no register held) for the first `early_kib`
 KiB of its run of W, which nothing earlier in the stream writes. Without (the default) it starts
-when the kernel before it has ended: in the DeepSeek decode block, programs resident early held
-shared memory and threads the kernel before needed, and the block ran 13 % slower (session 20). A
-prefetch changes no value; the interpreter has no inline PTX and skips it.
+when the kernel before it has ended. A prefetch changes no value; the interpreter has no inline PTX
+and skips it.
 """
 
 import functools
