@@ -14,12 +14,14 @@ The grid is `programs_per_sm` programs per SM for each row of x (a few rows at d
 reads W again, from L2 when it fits).
 
 On Hopper and later the kernel waits (`gdc_wait`) before it reads x, and lets the kernel after it
-launch (programmatic dependent launch) once its run of W is done. With `overlap` it is launched
-that way itself: its programs may then become resident while the kernel before it runs, and before
-the wait each asks L2 (`prefetch.global.L2`, no register held) for the first `early_kib` KiB of its
-run of W, which nothing earlier in the stream writes. Without (the default) it starts when the
-kernel before it has ended. A prefetch changes no value; the interpreter has no inline PTX and
-skips it.
+launch (programmatic dependent launch) once its run of W is done, or with `tail_tiles` T > 0 once
+it reaches the T-th tile from its run's end (at its run's first tile where the run is shorter), so
+that the next kernel's launch and first loads overlap this one's last tiles. With `overlap` it is
+launched that way itself: its programs may then become resident while the kernel before it runs,
+and before the wait each asks L2 (`prefetch.global.L2`, no register held) for the first `early_kib`
+KiB of its run of W, which nothing earlier in the stream writes. Without (the default) it starts
+when the kernel before it has ended. A prefetch changes no value; the interpreter has no inline PTX
+and skips it.
 """
 
 import functools
@@ -37,6 +39,7 @@ PARAMS = {
     "programs_per_sm": [1, 2, 3, 4],
     "overlap": [False, True],
     "early_kib": [0, 16, 64],
+    "tail_tiles": [0, 2, 4, 8, 16],
 }
 EPS = 1e-6
 LINE = 128  # bytes an L2 prefetch asks for
@@ -47,6 +50,7 @@ def _rmsnorm_gemv_stream(
     x_ptr, g_ptr, w_ptr, y_ptr, N, progs, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
     PDL: tl.constexpr, EARLY: tl.constexpr, EARLY_LANES: tl.constexpr, LINE_ELEMS: tl.constexpr,
+    TAIL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     row = tl.program_id(1).to(tl.int64)
@@ -94,12 +98,15 @@ def _rmsnorm_gemv_stream(
         else:
             xg = tl.load(x_ptr + row * K + ks, mask=k_ok, other=0.0).to(tl.float32)
             xg *= tl.load(g_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+        if PDL and TAIL > 0:  # noqa: SIM102 (the first test is made when compiling)
+            if t == tl.maximum(first * k_tiles, last * k_tiles - TAIL):
+                tl.extra.cuda.gdc_launch_dependents()
         acc += w.to(tl.float32) * xg[None, :]
         if kk == k_tiles - 1:
             out = tl.sum(acc, axis=1) * scale
             tl.store(y_ptr + row * N + rn, out.to(y_ptr.dtype.element_ty), mask=n_ok)
             acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    if PDL:
+    if PDL and TAIL == 0:
         # only once the run is done: dependents launched at the start sat on every SM for the
         # whole run, and the block's next GEMV took 52 us longer (session 20)
         tl.extra.cuda.gdc_launch_dependents()
@@ -139,6 +146,7 @@ def kernel(
     programs_per_sm: int = 2,
     overlap: bool = False,
     early_kib: int = 0,
+    tail_tiles: int = 0,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -157,7 +165,7 @@ def kernel(
     early_lanes = triton.next_power_of_2(max(1, early_kib * 1024 // LINE))
     _rmsnorm_gemv_stream[(programs, m)](
         x, g, w, y, n, programs, EPS, K=k, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=num_stages, PDL=pdl,
-        EARLY=early_kib if cuda and overlap else 0, EARLY_LANES=early_lanes,
+        EARLY=early_kib if cuda and overlap else 0, EARLY_LANES=early_lanes, TAIL=tail_tiles,
         LINE_ELEMS=max(1, LINE // w.element_size()),
         num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl and bool(overlap),
     )  # fmt: skip

@@ -396,11 +396,11 @@ def assert_weights_stream_before_the_wait(
         assert not [line for line in loads(after) if "evict_first" in line]
 
 
-def assert_streams_after_the_wait(ptx: str, prefetches: int) -> None:
+def assert_streams_after_the_wait(ptx: str, prefetches: int, in_loop: bool = False) -> None:
     """A persistent streaming GEMV's PDL done safely: before `griddepcontrol.wait` nothing but
     `prefetches` L2 prefetch instructions (no load, copy or store); after it, W's tiles as
     16-byte cp.async copies into shared memory, the stores, and only then the dependents'
-    launch."""
+    launch (with `in_loop`, inside the loop)."""
     before, wait, after = ptx.partition("griddepcontrol.wait")
     assert wait, "no griddepcontrol.wait"
     assert "ld.global" not in before and "cp.async" not in before and "st.global" not in before
@@ -408,9 +408,15 @@ def assert_streams_after_the_wait(ptx: str, prefetches: int) -> None:
     copies = [line for line in after.splitlines() if line.strip().startswith("cp.async.cg")]
     assert copies and all("0x10" in line for line in copies)
     assert "st.global" in after
-    # the dependents launch once the program's run is done: after its last copy and store
+    assert after.count("griddepcontrol.launch_dependents") == 1
     trigger = after.index("griddepcontrol.launch_dependents")
-    assert after.rindex("st.global") < trigger and after.rindex("cp.async.cg") < trigger
+    # where the loop starts and ends (LLVM's block comments)
+    header, exit_ = after.index("Loop Header"), after.index("_crit_edge")
+    if in_loop:
+        assert header < trigger < exit_
+    else:  # once the program's run is done: after the loop, its last copy and store
+        assert exit_ < trigger
+        assert after.rindex("st.global") < trigger and after.rindex("cp.async.cg") < trigger
 
 
 def _python(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:

@@ -100,21 +100,25 @@ def test_the_streaming_gemv_under_the_interpreter_and_a_mutant(task, tmp_path, b
     assert_interpreted_and_mutant_caught(task, "triton_gemv_stream.py", params, bug, tmp_path)
 
 
-@pytest.mark.parametrize("block_k,early_kib", [(2048, 0), (16384, 0), (4096, 16)])
+@pytest.mark.parametrize(
+    "block_k,early_kib,tail", [(2048, 0, 0), (16384, 0, 0), (4096, 16, 0), (2048, 0, 4)]
+)
 def test_the_streaming_gemv_pipelines_w_and_reads_nothing_before_the_wait(
-    task, block_k, early_kib
+    task, block_k, early_kib, tail
 ) -> None:
     """Compiled for sm_90 (no GPU needed): W's tiles stream through 16-byte cp.async copies into
     shared memory, every load and store comes after griddepcontrol.wait, and before it there is
-    at most the L2 prefetch of early_kib KiB of W (one 128-byte line a lane)."""
+    at most the L2 prefetch of early_kib KiB of W (one 128-byte line a lane). The next kernel may
+    launch once the run is done, or with a tail inside the loop."""
     module = candidate_module(task, "triton_gemv_stream.py")
     types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
     types |= {"N": "i32", "progs": "i32"}
     lanes = max(1, early_kib * 1024 // module.LINE)
     constexprs = {"K": 16384, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
     constexprs |= {"EARLY": early_kib, "EARLY_LANES": lanes, "LINE_ELEMS": module.LINE // 2}
+    constexprs |= {"TAIL": tail}
     ptx = hopper_ptx(module._gemv_stream, types, constexprs, 8, num_stages=3)
-    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0)
+    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0, tail > 0)
 
 
 def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:

@@ -108,21 +108,24 @@ def test_the_streaming_gemv_under_the_interpreter_and_a_mutant(task, tmp_path, b
 
 
 @pytest.mark.parametrize(
-    "k,block_k,early_kib", [(7168, 2048, 0), (1536, 2048, 0), (7168, 8192, 16)]
+    "k,block_k,early_kib,tail",
+    [(7168, 2048, 0, 0), (1536, 2048, 0, 0), (7168, 8192, 16, 0), (7168, 8192, 0, 8)],
 )
 def test_the_streaming_gemv_pipelines_w_and_reads_nothing_before_the_wait(
-    task, k, block_k, early_kib
+    task, k, block_k, early_kib, tail
 ) -> None:
     """Compiled for sm_90 (no GPU needed): nothing but early_kib KiB of L2 prefetch before
-    griddepcontrol.wait; W's tiles as 16-byte cp.async copies after it."""
+    griddepcontrol.wait; W's tiles as 16-byte cp.async copies after it; the next kernel's launch
+    after the run, or with a tail inside the loop."""
     module = candidate_module(task, "triton_rmsnorm_gemv_stream.py")
     types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
     types |= {"N": "i32", "progs": "i32", "eps": "fp32"}
     lanes = max(1, early_kib * 1024 // module.LINE)
     constexprs = {"K": k, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
     constexprs |= {"EARLY": early_kib, "EARLY_LANES": lanes, "LINE_ELEMS": module.LINE // 2}
+    constexprs |= {"TAIL": tail}
     ptx = hopper_ptx(module._rmsnorm_gemv_stream, types, constexprs, 8, num_stages=3)
-    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0)
+    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0, tail > 0)
 
 
 def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
