@@ -139,6 +139,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
                 "triton_gemv_stream.py",
                 {"block_n": 4, "block_k": 1024, "overlap": True, "early_kib": 16},
             ),
+            ("triton_gemv_stream.py", {"block_k": 2048, "tail_tiles": 4}),
             ("triton_gemm_residual.py", {}),
             ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
             ("torch_linear_residual.py", {}),

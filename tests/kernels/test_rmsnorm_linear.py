@@ -145,6 +145,7 @@ def test_gpu_candidates_match_the_reference(task) -> None:
                 "triton_rmsnorm_gemv_stream.py",
                 {"block_n": 4, "block_k": 1024, "overlap": True, "early_kib": 16},
             ),
+            ("triton_rmsnorm_gemv_stream.py", {"block_k": 2048, "tail_tiles": 4}),
             ("torch_rmsnorm_linear.py", {}),
         ],
     )
