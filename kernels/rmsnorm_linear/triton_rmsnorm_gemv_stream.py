@@ -1,14 +1,14 @@
 """RMSNorm folded into a GEMV, in Triton, for decode: y = rsqrt(mean(x^2) + eps) *
 sum_k (x_k g_k) W_nk, in float32. A persistent, pipelined stream over W.
 
-Each program owns a contiguous run of W's rows (the runs differ by at most one row) and walks it
-as one loop over (row block, k chunk) tiles, `block_n` rows by `block_k` columns. Triton's
-software pipeliner keeps `num_stages - 1` tiles in flight in shared memory while the current
-one is multiplied into a float32 accumulator, so a program never stops streaming between rows:
-the one-shot GEMV (`triton_rmsnorm_gemv.py`) loads a whole row, reduces it and exits, and the
-SM's traffic dips at each program's end. Before the loop each program sums x's squares (x is a
-few KiB, read from L2); a row block's sums are reduced, scaled by the norm and stored when its
-last chunk is in.
+Each program owns a contiguous run of W's rows (the runs differ by at most one row block) and walks
+it as one loop over (row block, k chunk) tiles, `block_n` rows by `block_k` columns. Triton's
+software pipeliner keeps `num_stages - 1` tiles in flight in shared memory while the current one is
+multiplied into a float32 accumulator, so a program never stops streaming between rows: the
+one-shot GEMV (`triton_rmsnorm_gemv.py`) loads a whole row, reduces it and exits, and the SM's
+traffic dips at each program's end. Before the loop each program sums x's squares (x is a few KiB,
+read from L2); a row block's sums are reduced, scaled by the norm and stored when its last chunk is
+in.
 
 The grid is `programs_per_sm` programs per SM for each row of x (a few rows at decode; each
 reads W again, from L2 when it fits).
@@ -49,7 +49,7 @@ LINE = 128  # bytes an L2 prefetch asks for
 def _rmsnorm_gemv_stream(
     x_ptr, g_ptr, w_ptr, y_ptr, N, progs, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-    PDL: tl.constexpr, EARLY: tl.constexpr, EARLY_LANES: tl.constexpr, LINE_ELEMS: tl.constexpr,
+    PDL: tl.constexpr, EARLY_LANES: tl.constexpr, LINE_ELEMS: tl.constexpr,
     TAIL: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -58,13 +58,13 @@ def _rmsnorm_gemv_stream(
     k_tiles: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
     first = pid * n_blocks // progs
     last = (pid + 1) * n_blocks // progs
-    if EARLY > 0:
-        # the run's first EARLY bytes of W, one 128-byte line a lane (W's rows are contiguous)
-        base = w_ptr + first.to(tl.int64) * BLOCK_N * K
-        end = last.to(tl.int64) * BLOCK_N * K
+    if EARLY_LANES > 0:
+        # the run's first lines of W, one 128-byte line a lane (W's rows are contiguous), none
+        # past the run's last row that exists
+        start = first.to(tl.int64) * BLOCK_N * K
+        end = tl.minimum(last * BLOCK_N, N).to(tl.int64) * K
         lines = tl.arange(0, EARLY_LANES).to(tl.int64) * LINE_ELEMS
-        lines = tl.minimum(lines, end - first.to(tl.int64) * BLOCK_N * K - 1)
-        _prefetch_l2(base + lines)
+        _prefetch_l2(w_ptr + start + tl.minimum(lines, end - start - 1))
     if PDL:
         tl.extra.cuda.gdc_wait()
     rb = tl.arange(0, BLOCK_N)
@@ -99,7 +99,7 @@ def _rmsnorm_gemv_stream(
             xg = tl.load(x_ptr + row * K + ks, mask=k_ok, other=0.0).to(tl.float32)
             xg *= tl.load(g_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
         if PDL and TAIL > 0:  # noqa: SIM102 (the first test is made when compiling)
-            if t == tl.maximum(first * k_tiles, last * k_tiles - TAIL):
+            if t == trigger_tile(first * k_tiles, last * k_tiles, TAIL):
                 tl.extra.cuda.gdc_launch_dependents()
         acc += w.to(tl.float32) * xg[None, :]
         if kk == k_tiles - 1:
@@ -107,9 +107,16 @@ def _rmsnorm_gemv_stream(
             tl.store(y_ptr + row * N + rn, out.to(y_ptr.dtype.element_ty), mask=n_ok)
             acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
     if PDL and TAIL == 0:
-        # only once the run is done: dependents launched at the start sat on every SM for the
-        # whole run, and the block's next GEMV took 52 us longer (session 20)
+        # only once the run is done: with dependents let in at its start, the DeepSeek block's
+        # next GEMV took 52 us longer (session 20)
         tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def trigger_tile(begin, end, TAIL: tl.constexpr):
+    """The tile of a run [begin, end) at which the next kernel may launch: TAIL tiles from its
+    end, or its first where the run is shorter."""
+    return tl.maximum(begin, end - TAIL)
 
 
 @triton.jit
@@ -160,12 +167,15 @@ def kernel(
         raise ValueError(f"at most 65535 rows of x, got {m}")
     block_k = min(block_k, triton.next_power_of_2(k))
     programs = min(triton.cdiv(n, block_n), _sms(x.device) * programs_per_sm)
+    if triton.cdiv(n, block_n) * programs >= 2**31:  # a run's bounds are 32-bit products
+        raise ValueError(f"n={n} in blocks of {block_n} is too many row blocks for one launch")
     cuda = x.device.type == "cuda"
     pdl = _pdl(x.device)
-    early_lanes = triton.next_power_of_2(max(1, early_kib * 1024 // LINE))
+    early = cuda and overlap and early_kib > 0
+    early_lanes = triton.next_power_of_2(max(1, early_kib * 1024 // LINE)) if early else 0
     _rmsnorm_gemv_stream[(programs, m)](
         x, g, w, y, n, programs, EPS, K=k, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=num_stages, PDL=pdl,
-        EARLY=early_kib if cuda and overlap else 0, EARLY_LANES=early_lanes, TAIL=tail_tiles,
+        EARLY_LANES=early_lanes, TAIL=tail_tiles,
         LINE_ELEMS=max(1, LINE // w.element_size()),
         num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl and bool(overlap),
     )  # fmt: skip

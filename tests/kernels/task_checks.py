@@ -410,8 +410,10 @@ def assert_streams_after_the_wait(ptx: str, prefetches: int, in_loop: bool = Fal
     assert "st.global" in after
     assert after.count("griddepcontrol.launch_dependents") == 1
     trigger = after.index("griddepcontrol.launch_dependents")
-    # where the loop starts and ends (LLVM's block comments)
-    header, exit_ = after.index("Loop Header"), after.index("_crit_edge")
+    # where the streaming loop (the one that waits for its copies) starts and ends, by LLVM's
+    # block comments: a loop before it (the norm's pass over x) is not it
+    waits = after.index("cp.async.wait_group")
+    header, exit_ = after.rindex("Loop Header", 0, waits), after.index("_crit_edge", waits)
     if in_loop:
         assert header < trigger < exit_
     else:  # once the program's run is done: after the loop, its last copy and store
@@ -451,6 +453,51 @@ def run_in_child(script: str, timeout: float = 240) -> None:
     non-zero or outlives `timeout` seconds (a GPU kernel that hangs fails, not the whole run)."""
     run = _python(script, timeout=timeout)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def assert_streaming_gemv_covers_ragged_runs(task: Task, candidate: str) -> None:
+    """A streaming GEMV (`trigger_tile`, `kernel(..., block_n, block_k, num_stages,
+    programs_per_sm)`) under the interpreter, in a fresh process: 42 rows of W in blocks of 4
+    (11 blocks, the last half empty) over 4 programs (runs of 2, 3, 3 and 3 blocks), K of 72 in
+    two 64-wide chunks and of 40 in one, 1 and 3 rows of x, each matches the task's reference;
+    and the next kernel's trigger tile of a run shorter than, as long as and longer than the tail
+    lies in the run, the tail from its end or at its first tile."""
+    runs = [(0, 2), (5, 9), (10, 30), (7, 8)]
+    script = f"""
+import json
+import torch
+import triton
+import triton.language as tl
+from pathlib import Path
+from tests.source_files import import_file
+m = import_file(Path({str(task.folder / candidate)!r}))
+task = import_file(Path({str(task.folder / "task.py")!r}))
+errors = []
+for k in (72, 40):
+    for rows in (1, 3):
+        shape = {{"m": rows, "n": 42, "k": k, "dtype": "float32"}}
+        inputs = task.make_inputs(shape, 5, "cpu")
+        got = m.kernel(*inputs, block_n=4, block_k=64, num_stages=3, programs_per_sm=1)
+        want = task.reference(*(t.double() for t in inputs))
+        errors.append(float((got.double() - want).norm() / want.norm()))
+trigger_tile = m.trigger_tile
+
+@triton.jit
+def probe(begin_ptr, end_ptr, out_ptr, TAIL: tl.constexpr):
+    i = tl.program_id(0)
+    tl.store(out_ptr + i, trigger_tile(tl.load(begin_ptr + i), tl.load(end_ptr + i), TAIL))
+
+begin = torch.tensor({[b for b, _ in runs]}, dtype=torch.int32)
+end = torch.tensor({[e for _, e in runs]}, dtype=torch.int32)
+tiles = torch.empty_like(begin)
+probe[(len(begin),)](begin, end, tiles, TAIL=4)
+print(json.dumps({{"errors": errors, "tiles": tiles.tolist()}}))
+"""
+    done = json.loads(run_interpreted(script))
+    assert max(done["errors"]) < 1e-5, done["errors"]
+    for (begin, end), tile in zip(runs, done["tiles"], strict=True):
+        assert begin <= tile < end
+        assert tile == (end - 4 if end - begin >= 4 else begin), (begin, end, tile)
 
 
 def kept_counts_after_interpreted_calls(task: Task, candidate: str, calls: str) -> list[int]:

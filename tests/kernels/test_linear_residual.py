@@ -12,6 +12,7 @@ from tests.kernels.task_checks import (
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
+    assert_streaming_gemv_covers_ragged_runs,
     assert_streams_after_the_wait,
     assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
@@ -115,10 +116,14 @@ def test_the_streaming_gemv_pipelines_w_and_reads_nothing_before_the_wait(
     types |= {"N": "i32", "progs": "i32"}
     lanes = max(1, early_kib * 1024 // module.LINE)
     constexprs = {"K": 16384, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
-    constexprs |= {"EARLY": early_kib, "EARLY_LANES": lanes, "LINE_ELEMS": module.LINE // 2}
+    constexprs |= {"EARLY_LANES": lanes if early_kib else 0, "LINE_ELEMS": module.LINE // 2}
     constexprs |= {"TAIL": tail}
     ptx = hopper_ptx(module._gemv_stream, types, constexprs, 8, num_stages=3)
     assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0, tail > 0)
+
+
+def test_the_streaming_gemv_covers_uneven_runs_and_a_short_last_block(task) -> None:
+    assert_streaming_gemv_covers_ragged_runs(task, "triton_gemv_stream.py")
 
 
 def test_the_fused_gemv_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
