@@ -123,7 +123,7 @@ MMA_GRID = [
 ]
 
 # The streaming GEMVs: tile height and width, stages (tiles in flight + 1) and programs an SM;
-# at long K (16k-18k) one 16k-wide tile a row (x held in registers) too, at short K (1.5k-7k)
+# at long K (14k-18k) one 16k-wide tile a row (x held in registers) too, at short K (1.5k-7k)
 # wider rows only (one or a few tiles a row).
 STREAM_LONG_K = _grid(
     {
