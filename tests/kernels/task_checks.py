@@ -396,17 +396,26 @@ def assert_weights_stream_before_the_wait(
         assert not [line for line in loads(after) if "evict_first" in line]
 
 
-def assert_streams_after_the_wait(ptx: str, prefetches: int, in_loop: bool = False) -> None:
-    """A persistent streaming GEMV's PDL done safely: before `griddepcontrol.wait` nothing but
-    `prefetches` L2 prefetch instructions (no load, copy or store); after it, W's tiles as
-    16-byte cp.async copies into shared memory, the stores, and only then the dependents'
-    launch (with `in_loop`, inside the loop)."""
+def assert_streaming_gemv_ptx(
+    fn, types: dict[str, str], k: int, block_k: int, early_kib: int, tail: int, line: int
+) -> None:
+    """A persistent streaming GEMV's PDL done safely, in its sm_90 build (bfloat16 W, one row a
+    tile, 3 stages, 8 warps, no GPU needed): before `griddepcontrol.wait` nothing but the L2
+    prefetches of `early_kib` KiB of W, one `line`-byte line a lane (no load, copy or store);
+    after it, W's tiles as 16-byte cp.async copies into shared memory, the stores, and the
+    dependents' launch once, after the streaming loop or, with a `tail`, inside it."""
+    lanes = early_kib * 1024 // line
+    constexprs = {"K": k, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
+    constexprs |= {"EARLY_LANES": lanes, "LINE_ELEMS": line // 2, "TAIL": tail}
+    ptx = hopper_ptx(fn, types, constexprs, 8, num_stages=3)
+    prefetches = max(1, lanes // 256) if early_kib else 0
+    in_loop = tail > 0
     before, wait, after = ptx.partition("griddepcontrol.wait")
     assert wait, "no griddepcontrol.wait"
     assert "ld.global" not in before and "cp.async" not in before and "st.global" not in before
     assert before.count("prefetch.global.L2") == prefetches
-    copies = [line for line in after.splitlines() if line.strip().startswith("cp.async.cg")]
-    assert copies and all("0x10" in line for line in copies)
+    copies = [text for text in after.splitlines() if text.strip().startswith("cp.async.cg")]
+    assert copies and all("0x10" in text for text in copies)
     assert "st.global" in after
     assert after.count("griddepcontrol.launch_dependents") == 1
     trigger = after.index("griddepcontrol.launch_dependents")

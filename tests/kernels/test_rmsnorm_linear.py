@@ -12,7 +12,7 @@ from tests.kernels.task_checks import (
     assert_shipped_accepted,
     assert_splitk_launches_compile,
     assert_streaming_gemv_covers_ragged_runs,
-    assert_streams_after_the_wait,
+    assert_streaming_gemv_ptx,
     assert_weights_stream_before_the_wait,
     assert_wrong_rejected,
     candidate_module,
@@ -127,12 +127,9 @@ def test_the_streaming_gemv_pipelines_w_and_reads_nothing_before_the_wait(
     module = candidate_module(task, "triton_rmsnorm_gemv_stream.py")
     types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
     types |= {"N": "i32", "progs": "i32", "eps": "fp32"}
-    lanes = max(1, early_kib * 1024 // module.LINE)
-    constexprs = {"K": k, "BLOCK_N": 1, "BLOCK_K": block_k, "STAGES": 3, "PDL": True}
-    constexprs |= {"EARLY_LANES": lanes if early_kib else 0, "LINE_ELEMS": module.LINE // 2}
-    constexprs |= {"TAIL": tail}
-    ptx = hopper_ptx(module._rmsnorm_gemv_stream, types, constexprs, 8, num_stages=3)
-    assert_streams_after_the_wait(ptx, max(1, lanes // 256) if early_kib else 0, tail > 0)
+    assert_streaming_gemv_ptx(
+        module._rmsnorm_gemv_stream, types, k, block_k, early_kib, tail, module.LINE
+    )
 
 
 def test_the_streaming_gemv_covers_uneven_runs_and_a_short_last_block(task) -> None:
