@@ -142,6 +142,10 @@ STREAM_SHORT_K = _grid(
         "programs_per_sm": [1, 2],
     }
 )
+STREAM_GEMVS = {
+    "linear_residual": "triton_gemv_stream.py",
+    "rmsnorm_linear": "triton_rmsnorm_gemv_stream.py",
+}
 # The fused GEMV tasks' CuPy and row-resident Triton candidates.
 GEMVS = {
     "rmsnorm_linear": ("cupy_rmsnorm_gemv.py", "triton_rmsnorm_gemv.py"),
@@ -308,26 +312,14 @@ PLANS = [
     # stream W at 91-93 % (the residual ones) and 60-83 % (the norm ones) of copy in the block,
     # and at Llama-3-8B's o and down projections.
     *(
-        Plan(task, candidate, [f"m1-{nk}"], grid, tag=tag, peers=FUSED_PEERS)
-        for task, candidate, grid, tag, nk in [
-            ("linear_residual", "triton_gemv_stream.py", STREAM_LONG_K, "mla_o", "n7168-k16384"),
-            ("linear_residual", "triton_gemv_stream.py", STREAM_LONG_K, "mla_down", "n7168-k18432"),
-            (
-                "rmsnorm_linear",
-                "triton_rmsnorm_gemv_stream.py",
-                STREAM_SHORT_K,
-                "mla_q_b",
-                "n24576-k1536",
-            ),
-            (
-                "rmsnorm_linear",
-                "triton_rmsnorm_gemv_stream.py",
-                STREAM_SHORT_K,
-                "mla_qkv_a",
-                "n2112-k7168",
-            ),
-            ("linear_residual", "triton_gemv_stream.py", STREAM_SHORT_K, "o", "n4096-k4096"),
-            ("linear_residual", "triton_gemv_stream.py", STREAM_LONG_K, "down", "n4096-k14336"),
+        Plan(task, STREAM_GEMVS[task], [f"m1-{nk}"], grid, tag=tag, peers=FUSED_PEERS)
+        for task, grid, tag, nk in [
+            ("linear_residual", STREAM_LONG_K, "mla_o", "n7168-k16384"),
+            ("linear_residual", STREAM_LONG_K, "mla_down", "n7168-k18432"),
+            ("rmsnorm_linear", STREAM_SHORT_K, "mla_q_b", "n24576-k1536"),
+            ("rmsnorm_linear", STREAM_SHORT_K, "mla_qkv_a", "n2112-k7168"),
+            ("linear_residual", STREAM_SHORT_K, "o", "n4096-k4096"),
+            ("linear_residual", STREAM_LONG_K, "down", "n4096-k14336"),
         ]
     ),
     Plan(

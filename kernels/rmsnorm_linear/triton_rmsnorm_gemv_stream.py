@@ -166,12 +166,12 @@ def kernel(
     if m > 65535:
         raise ValueError(f"at most 65535 rows of x, got {m}")
     block_k = min(block_k, triton.next_power_of_2(k))
-    programs = min(triton.cdiv(n, block_n), _sms(x.device) * programs_per_sm)
-    if triton.cdiv(n, block_n) * programs >= 2**31:  # a run's bounds are 32-bit products
+    n_blocks = triton.cdiv(n, block_n)
+    programs = min(n_blocks, _sms(x.device) * programs_per_sm)
+    if n_blocks * programs >= 2**31:  # a run's bounds are 32-bit products
         raise ValueError(f"n={n} in blocks of {block_n} is too many row blocks for one launch")
-    cuda = x.device.type == "cuda"
     pdl = _pdl(x.device)
-    early = cuda and overlap and early_kib > 0
+    early = x.device.type == "cuda" and overlap and early_kib > 0
     early_lanes = triton.next_power_of_2(max(1, early_kib * 1024 // LINE)) if early else 0
     _rmsnorm_gemv_stream[(programs, m)](
         x, g, w, y, n, programs, EPS, K=k, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=num_stages, PDL=pdl,

@@ -210,8 +210,8 @@ def test_the_triton_gemv_streams_w_before_waiting_on_the_kernel_before_it(
 def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
     """Launched with programmatic dependent launch right after a kernel that writes x 200 us
     late, it still reads the new x (W and g stream early; they are never written); and so does
-    the streaming GEMV launched to overlap, over several chunks of K with 64 KiB of W asked of L2 first, and over
-    one."""
+    the streaming GEMV launched to overlap, over several chunks of K with 64 KiB of W asked of
+    L2 first, and over one."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_rmsnorm_gemv.py")
