@@ -42,7 +42,6 @@ PARAMS = {
     "num_stages": [2, 3, 4],
     "eager_values": [False, True],
     "shared_p": [False, True],
-    "publish_first": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -326,129 +325,6 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
 
 
 @gluon.jit
-def _publish(s, m_prev, kv_smem, stats, p_ready, stage, scale_log2, BLOCK_N: gl.constexpr):
-    """A tile's probabilities against the running maximum m_prev and its own scores, published
-    for the other warpgroup over the tile's rope chunk (which only its scores read) with the new
-    running maximum and the probabilities' row sums; returns those two."""
-    m_new = gl.maximum(m_prev, gl.max(s, axis=1) * scale_log2)
-    p16 = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1)).to(kv_smem.dtype)
-    row_sum = gl.sum(p16.to(gl.float32), axis=1)  # of the probabilities the products use
-    _probabilities(kv_smem, stage, BLOCK_N).store(p16)
-    stats.index(2 * stage).store(m_new)
-    stats.index(2 * stage + 1).store(row_sum)
-    fence_async_shared()  # then Triton's partition barrier, then one thread arrives
-    mbarrier.arrive(p_ready.index(stage))
-    return m_new, row_sum
-
-
-@gluon.jit
-def _accumulate(kv_smem, stage, m_tile, row_sum, o0, o1, o2, o3, m_i, l_i, W: gl.constexpr,
-                BLOCK_N: gl.constexpr):  # fmt: skip
-    """A published tile into this warpgroup's output half: the output and row sums rescaled to
-    the tile's running maximum, then P V_half issued (not waited)."""
-    alpha = gl.exp2(m_i - m_tile)
-    o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
-    p = _probabilities(kv_smem, stage, BLOCK_N)
-    o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
-    return o0, o1, o2, o3, l_i * alpha + row_sum
-
-
-@gluon.jit
-def _own_tile(s, j, kv_smem, stats, ready, free, p_ready, o0, o1, o2, o3, m_i, l_i, scale_log2,
-              row_layout: gl.constexpr, W: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr):  # fmt: skip
-    """Tile j, this warpgroup's, whose scores `s` are done: once the other warpgroup's tile j - 1
-    has published its running maximum, this tile's probabilities are published against it;
-    only then are tile j - 1 (waited, its buffer released) and tile j (not waited) added to
-    the output half."""
-    stage = j % STAGES
-    prev = (j - 1) % STAGES
-    m_prev = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-    prev_sum = l_i
-    if j > 0:
-        mbarrier.wait(p_ready.index(prev), ((j - 1) // STAGES) & 1)
-        m_prev = stats.index(2 * prev).load(row_layout)
-        prev_sum = stats.index(2 * prev + 1).load(row_layout)
-    m_new, row_sum = _publish(s, m_prev, kv_smem, stats, p_ready, stage, scale_log2, BLOCK_N)
-    if j > 0:
-        mbarrier.wait(ready.index(prev), ((j - 1) // STAGES) & 1)
-        o0, o1, o2, o3, l_i = _accumulate(kv_smem, prev, m_prev, prev_sum, o0, o1, o2, o3, m_i,
-                                          l_i, W, BLOCK_N)  # fmt: skip
-        m_i = m_prev
-        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-        mbarrier.arrive(free.index(prev))
-    o0, o1, o2, o3, l_i = _accumulate(kv_smem, stage, m_new, row_sum, o0, o1, o2, o3, m_i, l_i,
-                                      W, BLOCK_N)  # fmt: skip
-    return o0, o1, o2, o3, m_new, l_i
-
-
-@gluon.jit
-def _consumer_publish_first(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_splits,
-                            n_tiles, scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr,
-                            STAGES: gl.constexpr):  # fmt: skip
-    """shared_p's split of the work (warpgroup W computes the scores of tiles W, W + 2, ...)
-    with only the softmax on the path that passes the running maximum from one warpgroup to the
-    other: a warpgroup publishes its tile's probabilities as soon as the other's tile before it
-    has published its maximum (its scores were computed a tile earlier, beside that tile's
-    products), and only then adds the other's tile and its own to its output half, while the
-    other warpgroup computes the next tile's softmax."""
-    q_bar, ready, free, p_ready = bars
-    _gdc_wait()
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16]
-    )
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)  # the output's scale
-    l_i = gl.zeros([ROWS], gl.float32, row_layout)
-    o0 = gl.zeros([ROWS, CHUNK], gl.float32, o_layout)
-    o1 = o0
-    o2 = o0
-    o3 = o0
-
-    mbarrier.wait(q_bar, 0)
-    own = (n_tiles - W + 1) // 2  # tiles W, W + 2, ...
-    s = s_zero
-    if own > 0:
-        mbarrier.wait(ready.index(W % STAGES), (W // STAGES) & 1)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_smem, kv_smem, W % STAGES,
-                                                                s_zero),))  # fmt: skip
-    for i in range(own - 1):
-        j = W + 2 * i
-        o0, o1, o2, o3, m_i, l_i = _own_tile(s, j, kv_smem, stats, ready, free, p_ready, o0, o1,
-                                             o2, o3, m_i, l_i, scale_log2, row_layout, W,
-                                             BLOCK_N, STAGES)  # fmt: skip
-        nxt = (j + 2) % STAGES  # the next own tile's scores beside this tile's product
-        mbarrier.wait(ready.index(nxt), ((j + 2) // STAGES) & 1)
-        s_acc = _scores(q_smem, kv_smem, nxt, s_zero)
-        s, o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, o0, o1, o2, o3))
-        mbarrier.arrive(free.index(j % STAGES))
-    if own > 0:
-        j = W + 2 * (own - 1)
-        o0, o1, o2, o3, m_i, l_i = _own_tile(s, j, kv_smem, stats, ready, free, p_ready, o0, o1,
-                                             o2, o3, m_i, l_i, scale_log2, row_layout, W,
-                                             BLOCK_N, STAGES)  # fmt: skip
-        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-        mbarrier.arrive(free.index(j % STAGES))
-    last = W + 2 * own - 1  # the other warpgroup's tile after this one's last, if any
-    if last < n_tiles:
-        stage = last % STAGES
-        mbarrier.wait(p_ready.index(stage), (last // STAGES) & 1)
-        m_last = stats.index(2 * stage).load(row_layout)
-        last_sum = stats.index(2 * stage + 1).load(row_layout)
-        mbarrier.wait(ready.index(stage), (last // STAGES) & 1)
-        o0, o1, o2, o3, l_i = _accumulate(kv_smem, stage, m_last, last_sum, o0, o1, o2, o3, m_i,
-                                          l_i, W, BLOCK_N)  # fmt: skip
-        m_i = m_last
-        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-        mbarrier.arrive(free.index(stage))
-    _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits, row_layout, W)
-
-
-@gluon.jit
 def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
               row_layout: gl.constexpr, W: gl.constexpr):  # fmt: skip
     """The warpgroup's half of the split's normalised output, and (warpgroup 0) the rows'
@@ -468,8 +344,7 @@ def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
                   tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr,
-                  PUBLISH_FIRST: gl.constexpr):  # fmt: skip
+                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -503,34 +378,18 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
         fence_async_shared()
         cta_barrier()
         bars = (q_bar, ready, free, p_ready)
-        if PUBLISH_FIRST:
-            gl.warp_specialize(
-                [
-                    (_consumer_publish_first, (q_smem, kv_smem, stats, bars, po_split, plse_split,
-                                               q_row, n_splits, n_tiles, scale_log2, 0, BLOCK_N,
-                                               STAGES)),
-                    (_consumer_publish_first, (q_smem, kv_smem, stats, bars, po_split, plse_split,
-                                               q_row, n_splits, n_tiles, scale_log2, 1, BLOCK_N,
-                                               STAGES)),
-                    (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
-                               kv_row, n_tiles, BLOCK_N, STAGES)),
-                ],
-                [4, 1],
-                [240, 24],
-            )  # fmt: skip
-        else:
-            gl.warp_specialize(
-                [
-                    (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                        n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES)),
-                    (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                        n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
-                    (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
-                               kv_row, n_tiles, BLOCK_N, STAGES)),
-                ],
-                [4, 1],
-                [240, 24],
-            )  # fmt: skip
+        gl.warp_specialize(
+            [
+                (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
+                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES)),
+                (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
+                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
+                (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
+                           kv_row, n_tiles, BLOCK_N, STAGES)),
+            ],
+            [4, 1],
+            [240, 24],
+        )  # fmt: skip
     else:
         turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
         mbarrier.init(turn.index(0), count=1)
@@ -662,17 +521,11 @@ def kernel(
     num_stages: int = 2,
     eager_values: bool = False,
     shared_p: bool = False,
-    publish_first: bool = False,
 ) -> torch.Tensor:
     if shared_p and eager_values:
         raise ValueError(
             "gluon MLA decode: shared_p issues each tile's values as soon as its probabilities "
             "exist; eager_values is for the two-warpgroup order without it"
-        )
-    if publish_first and not shared_p:
-        raise ValueError(
-            "gluon MLA decode: publish_first orders shared_p's work (the warpgroups passing "
-            "each other the tiles' probabilities); set shared_p too"
         )
     why = _refusal(q_nope, q_pe, ckv, kpe, block_n, num_stages, shared_p)
     if why is not None:
@@ -698,8 +551,7 @@ def kernel(
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values),
-            SHARED_P=bool(shared_p), PUBLISH_FIRST=bool(publish_first), num_warps=4,
-            launch_pdl=True,
+            SHARED_P=bool(shared_p), num_warps=4, launch_pdl=True,
         )  # fmt: skip
         _merge_kernel[(b * h, r // columns)](
             part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,
