@@ -234,14 +234,12 @@ for stage in $STAGES; do
         # eager_values (the two warpgroups in turns, both computing every tile's scores; won
         # every shape in session 17, call 6, where the deferred order and 32-key tiles at 2
         # stages lost) and shared_p (each warpgroup computes every other tile's scores and
-        # shares the probabilities; half_partials: the splits' outputs in 16 bits) at the tiles
-        # and stages that fit shared memory.
+        # shares the probabilities) at the tiles and stages that fit shared memory.
         # MLA_GLUON_SHAPES and MLA_GLUON_CONFIGS (space-separated) narrow them.
         shapes=(b1-kv4096 b1-kv32768 b1-kv131072 b4-kv131072 b16-kv4096 b16-kv8192 b64-kv4096)
         configs=('{"eager_values":true}' '{"shared_p":true}'
             '{"block_n":32,"num_stages":4,"shared_p":true}'
-            '{"block_n":32,"num_stages":3,"shared_p":true}'
-            '{"block_n":32,"num_stages":4,"shared_p":true,"half_partials":true}')
+            '{"block_n":32,"num_stages":3,"shared_p":true}')
         # shellcheck disable=SC2206
         [ -n "${MLA_GLUON_SHAPES:-}" ] && shapes=($MLA_GLUON_SHAPES)
         # shellcheck disable=SC2206

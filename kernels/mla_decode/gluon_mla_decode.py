@@ -8,9 +8,7 @@ registers (a 64 x 512 fp32 accumulator), so each warpgroup owns half of them: bo
 tile's scores and softmax (the same values), then each multiplies the probabilities by its half
 of the latent tile. The warpgroups take turns at the tensor cores (an mbarrier pair passes the
 turn), so one's softmax runs under the other's products. A Triton kernel then merges the splits
-by their log-sum-exp (the partial outputs in fp32, or with `half_partials` in the inputs' 16-bit
-dtype: half the bytes written and read again, a rounding of 2^-9 (bf16) or 2^-12 (fp16) of each
-split's normalised output). Both kernels are launched with programmatic dependent launch: each
+by their log-sum-exp. Both kernels are launched with programmatic dependent launch: each
 partition of the split kernel waits (griddepcontrol.wait) for the kernel before it, before
 touching global memory, and the loader then lets the merge launch, which waits in turn, so the
 merge's launch passes while the split kernel runs. The merge does not let the kernel after it
@@ -44,7 +42,6 @@ PARAMS = {
     "num_stages": [2, 3, 4],
     "eager_values": [False, True],
     "shared_p": [False, True],
-    "half_partials": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -141,13 +138,13 @@ def _scaled(o0, o1, o2, o3, alpha):
 
 @gluon.jit
 def _store(o, inv_l, po_ptr, rows, col0):
-    """One 64-column chunk of a program's partial output, normalised, in the partials' dtype."""
+    """One 64-column chunk of a program's partial output, normalised."""
     layout: gl.constexpr = o.type.layout
     c = col0 + gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
     r = gl.convert_layout(rows, gl.SliceLayout(1, layout))
     il = gl.convert_layout(inv_l, gl.SliceLayout(1, layout))
     ptrs = po_ptr + gl.expand_dims(r * OUT_COLS, 1) + gl.expand_dims(c, 0)
-    gl.store(ptrs, (o * gl.expand_dims(il, 1)).to(po_ptr.dtype.element_ty))
+    gl.store(ptrs, o * gl.expand_dims(il, 1))
 
 
 @gluon.jit
@@ -434,7 +431,7 @@ def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_R:
         lse = tl.load(plse_ptr + row * n_splits + offs, mask=ok, other=float("-inf"))
         o = tl.load(
             po_ptr + (row * n_splits + offs)[:, None] * R + rr[None, :], mask=ok[:, None], other=0.0
-        ).to(tl.float32)
+        )
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         keep = tl.exp2(m - m_new)
         w = tl.exp2(lse - m_new)
@@ -524,7 +521,6 @@ def kernel(
     num_stages: int = 2,
     eager_values: bool = False,
     shared_p: bool = False,
-    half_partials: bool = False,
 ) -> torch.Tensor:
     if shared_p and eager_values:
         raise ValueError(
@@ -548,8 +544,7 @@ def kernel(
         _descriptor(t, rows)
         for t, rows in ((q_nope, HEADS), (q_pe, HEADS), (ckv, block_n), (kpe, block_n))
     ]
-    part_dtype = q_nope.dtype if half_partials else torch.float32
-    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=part_dtype)
+    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
     columns, splits_a_step = merge_shape(b * h, n_splits, sms)
     with torch.cuda.device(device):
