@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                     if standin == "idle":
                         torch.cuda._sleep(cycles)
                     else:
-                        torch.sum(cache, dtype=torch.float32, out=sink)
+                        torch.sum(cache, dim=0, dtype=torch.float32, out=sink)
 
                 us = median_us(gemv, setup, args.reps)
                 rows.append({"weight": name, "prefetch_mb": mb, "standin": standin, "us": us})
