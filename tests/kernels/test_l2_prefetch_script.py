@@ -32,3 +32,16 @@ def test_the_script_refuses_to_run_without_a_gpu(capsys) -> None:
     script = import_file(ROOT / "scripts" / "bench_l2_prefetch.py")
     assert script.main([]) == 2
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("evict_first", [False, True])
+def test_the_cache_read_takes_an_evict_first_policy_only_when_asked(evict_first) -> None:
+    """The stand-in for the attention's cache read: with evict_first its loads carry an L2
+    evict-first policy (so lines prefetched before it can stay), without it none."""
+    pytest.importorskip("triton")
+    script = import_file(ROOT / "scripts" / "bench_l2_prefetch.py")
+    types = {"x_ptr": "*bf16", "out_ptr": "*fp32", "n": "i32"}
+    constexprs = {"BLOCK": script.READ_BLOCK, "EVICT_FIRST": evict_first}
+    ptx = hopper_ptx(script._read, types, constexprs, 4)
+    assert ("L2::evict_first" in ptx) is evict_first
+    assert "ld.global" in ptx
