@@ -13,7 +13,9 @@ For each weight and each prefetch size P (MB, the weight's first P MB), each rep
      16.8 MB, Llama's at 4k) from other memory, which the prefetched lines must survive;
    - `stream_evict_first`: the same read with an evict-first L2 policy;
    - `late`: the read first, then the prefetch and a spin of about 10 us;
-3. times the GEMV alone between two events.
+3. after a spin of about 50 us that keeps the GPU busy while the host enqueues it (without it,
+   a host slower than the stand-in leaves its launch gap between the events), times the GEMV
+   alone between two events.
 Prints the median of each (weight, P, stand-in) and writes them as JSON.
 
     python3 scripts/bench_l2_prefetch.py [--reps 50] [--json FILE]
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                         torch.cuda._sleep(int(clock_hz * (30e-6 if standin == "idle" else 10e-6)))
                     else:
                         read(part, sums, evict_first=standin == "stream_evict_first")
+                    # The GPU kept busy while the timed GEMV and its events are enqueued, so
+                    # no launch gap of the host's falls between the events.
+                    torch.cuda._sleep(int(clock_hz * 50e-6))
 
                 us = median_us(case.gemv, setup, args.reps)
                 rows.append({"weight": case.name, "prefetch_mb": mb, "cache_mb": case.cache_mb,
