@@ -435,6 +435,36 @@ PLANS = [
         tag="down16mla",
         peers=FUSED_PEERS,
     ),
+    # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
+    # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
+    # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran
+    # torch.compile's norm kernel, then cuBLAS (and for q_a its split-K reduce kernel).
+    Plan(
+        "rmsnorm_linear",
+        "triton_rmsnorm_gemm.py",
+        ["m16-n2112-k7168"],
+        _grid(
+            {"block_n": [32, 64], "block_k": [128], "split_k": [2, 4, 8], "x_ahead": [False, True]},
+            {"block_n": 64, "block_k": 256, "split_k": 4},
+        ),
+        tag="mla_qkv_a16",
+        peers=FUSED_PEERS,
+    ),
+    Plan(
+        "rmsnorm_linear",
+        "triton_rmsnorm_gemm.py",
+        ["m16-n24576-k1536"],
+        _grid(
+            {
+                "block_n": [32, 64, 128],
+                "block_k": [128],
+                "split_k": [1, 2],
+                "x_ahead": [False, True],
+            }
+        ),
+        tag="mla_q_b16",
+        peers=FUSED_PEERS,
+    ),
     # The MLP's norm, gate/up projection and SwiGLU in one kernel, and the attention's norm,
     # qkv projection and rope (Llama-3-8B's), swept at one token; at 16 rows the peers are
     # expected to keep the shapes.

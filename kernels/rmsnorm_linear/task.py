@@ -107,6 +107,7 @@ CANDIDATES = {
         "cupy_rmsnorm_gemv.py",
         "triton_rmsnorm_gemv.py",
         "triton_rmsnorm_gemv_stream.py",
+        "triton_rmsnorm_gemm.py",
         "torch_rmsnorm_linear.py",
     ],
     "cpu": ["torch_rmsnorm_linear.py"],

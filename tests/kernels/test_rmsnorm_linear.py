@@ -8,6 +8,7 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
+    assert_dependents_launch_where_asked,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_splitk_launches_compile,
@@ -19,6 +20,7 @@ from tests.kernels.task_checks import (
     evaluate_with_wrong,
     gpu_evaluate,
     hopper_ptx,
+    kept_counts_after_interpreted_calls,
 )
 
 # Forgets the norm weight g: right only where g is all ones, which make_inputs never draws.
@@ -154,6 +156,9 @@ def test_gpu_candidates_match_the_reference(task) -> None:
                 {"block_n": 4, "block_k": 1024, "overlap": True, "early_kib": 16},
             ),
             ("triton_rmsnorm_gemv_stream.py", {"block_k": 2048, "tail_tiles": 4}),
+            ("triton_rmsnorm_gemm.py", {}),
+            ("triton_rmsnorm_gemm.py", {"split_k": 4, "block_n": 32, "x_ahead": True}),
+            ("triton_rmsnorm_gemm.py", {"split_k": 2, "late_dependents": True}),
             ("torch_rmsnorm_linear.py", {}),
         ],
     )
@@ -169,6 +174,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         ("triton_rmsnorm_gemv.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
         ("triton_rmsnorm_gemv_stream.py", {"block_n": 4, "block_k": 1024, "programs_per_sm": 1}),
         ("triton_rmsnorm_gemv_stream.py", {"block_n": 2, "block_k": 8192}),
+        ("triton_rmsnorm_gemm.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
+        ("triton_rmsnorm_gemm.py", {"block_n": 32, "block_k": 64, "x_ahead": True}),
     ],
 )
 def test_the_fused_gemv_normalises_each_row_on_its_own(task, candidate, params) -> None:
@@ -226,3 +233,86 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x(task) -> None:
     )
     for params in overlapping:
         assert_waits_for_late_inputs(lambda x, p=params: stream.kernel(x, g, w, **p), (x,), want)
+
+
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (1, True), (2, True)])
+def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
+    task, tmp_path, split_k, x_ahead
+) -> None:
+    """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a
+    tile adds the slices' partials and sums of squares). The mutant forgets the norm weight g."""
+    params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
+    bug = ("xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)", "xg = x")
+    assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemm.py", params, bug, tmp_path)
+
+
+def test_the_tensor_core_candidate_sums_the_squares_of_every_slice(task, tmp_path) -> None:
+    """A mutant whose last program scales by its own slice's sum of squares alone is rejected."""
+    params = {"block_n": 16, "block_k": 64, "split_k": 2}
+    bug = ("squares += tl.load(tile_squares + s * BLOCK_M)", "pass")
+    assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemm.py", params, bug, tmp_path)
+
+
+def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
+    """Three calls under the interpreter, the second on more tiles (the kept count buffer
+    grows): each right, and every count back at 0, so no call pays a zero-fill."""
+    calls = """
+for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
+    x, g = torch.randn(rows, k, generator=gen), torch.randn(k, generator=gen)
+    w = torch.randn(n, k, generator=gen)
+    got = m.kernel(x, g, w, block_n=16, block_k=64, split_k=3)
+    want = task.reference(x.double(), g.double(), w.double()).float()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+"""
+    counts = kept_counts_after_interpreted_calls(task, "triton_rmsnorm_gemm.py", calls)
+    assert counts == [0, 0]
+
+
+def _tensor_core_ptx(task, **constexprs) -> str:
+    """The sm_90 PTX of the tensor-core kernel at DeepSeek-V3's q_a/kv_a tiles (64 x 128, PDL
+    on), with `constexprs` (SPLITS, X_AHEAD, LATE_DEPENDENTS)."""
+    module = candidate_module(task, "triton_rmsnorm_gemm.py")
+    types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
+    constexprs |= {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "PDL": True}
+    aligned = ("N", "K", "k_per_split")
+    return hopper_ptx(module._rmsnorm_gemm, types, constexprs, 4, 3, aligned)
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("x_ahead", [False, True])
+def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(
+    task, splits, x_ahead
+) -> None:
+    """Compiled for sm_90 (no GPU needed): the first W tile's loads come before
+    griddepcontrol.wait; everything else after it; the products on tensor cores."""
+    ptx = _tensor_core_ptx(task, SPLITS=splits, X_AHEAD=x_ahead, LATE_DEPENDENTS=False)
+    assert_weights_stream_before_the_wait(ptx, 64 * 128 * 2 // 16 // 128)
+    assert "mma.sync" in ptx
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(task, late) -> None:
+    """Compiled for sm_90: by default the next kernel may launch right after the wait; with
+    late_dependents only after the K loop's last product."""
+    ptx = _tensor_core_ptx(task, SPLITS=2, X_AHEAD=True, LATE_DEPENDENTS=late)
+    assert_dependents_launch_where_asked(ptx, late)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_ahead,late", [(False, False), (True, True)])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task, x_ahead, late) -> None:
+    """Launched with programmatic dependent launch right after a kernel that writes x 200 us
+    late, it still reads the new x (its first W tile streams early; W is never written)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, "triton_rmsnorm_gemm.py")
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-n2112-k7168")
+    x, g, w = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), g.double(), w.double())
+
+    def run(x):
+        return module.kernel(x, g, w, split_k=4, x_ahead=x_ahead, late_dependents=late)
+
+    assert_waits_for_late_inputs(run, (x,), want)
