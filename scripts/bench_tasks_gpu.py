@@ -443,9 +443,18 @@ PLANS = [
         "rmsnorm_linear",
         "triton_rmsnorm_gemm.py",
         ["m16-n2112-k7168"],
+        # Session 22's first sweep put the best (block_n 32, split_k 8) at the grid's edge: this
+        # one goes to narrower tiles, more slices and deeper pipelines.
         _grid(
-            {"block_n": [32, 64], "block_k": [128], "split_k": [2, 4, 8], "x_ahead": [False, True]},
-            {"block_n": 64, "block_k": 256, "split_k": 4},
+            {
+                "block_n": [16, 32, 64],
+                "block_k": [128],
+                "split_k": [4, 8, 16],
+                "num_warps": [2, 4],
+                "num_stages": [3, 4],
+                "x_ahead": [True],
+            },
+            {"block_n": 32, "block_k": 256, "split_k": 8, "x_ahead": True},
         ),
         tag="mla_qkv_a16",
         peers=FUSED_PEERS,
@@ -454,12 +463,16 @@ PLANS = [
         "rmsnorm_linear",
         "triton_rmsnorm_gemm.py",
         ["m16-n24576-k1536"],
+        # 24576 / 128 is 192 programs, 1.45 waves of 132 SMs: narrower tiles and two slices even
+        # the waves out.
         _grid(
             {
-                "block_n": [32, 64, 128],
-                "block_k": [128],
+                "block_n": [64, 128],
+                "block_k": [64, 128],
                 "split_k": [1, 2],
-                "x_ahead": [False, True],
+                "num_warps": [4, 8],
+                "num_stages": [3, 4],
+                "x_ahead": [True],
             }
         ),
         tag="mla_q_b16",

@@ -35,7 +35,7 @@ LANGUAGE = "triton"
 PARAMS = {
     "block_n": [16, 32, 64, 128],
     "block_k": [64, 128, 256],
-    "split_k": [1, 2, 4, 8],
+    "split_k": [1, 2, 4, 8, 16],
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
     "x_ahead": [False, True],
