@@ -15,6 +15,10 @@ and resets the count.
 `x_ahead` True loads the next K step's x and g while the current step's products run (x and g
 reach the products through the norm, so Triton's pipelining does not prefetch them).
 
+x may be a view whose rows are strided and whose last dim is contiguous (DeepSeek's q_a, a
+column slice of the q_a/kv_a projection's output, goes to q_b as it is); g and w are made
+contiguous.
+
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
 
@@ -41,6 +45,7 @@ PARAMS = {
     "x_ahead": [False, True],
     "late_dependents": [False, True],
 }
+STRIDED_INPUTS = True  # a decoder block may pass x as a row-strided view (no copy)
 BLOCK_M = 16
 EPS = 1e-6
 
@@ -73,8 +78,8 @@ def _step(x, g, w, acc, squares):
 
 @triton.jit
 def _rmsnorm_gemm(
-    x_ptr, g_ptr, w_ptr, y_ptr, part_ptr, squares_ptr, count_ptr, M, N, K, k_per_split, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+    x_ptr, g_ptr, w_ptr, y_ptr, part_ptr, squares_ptr, count_ptr, M, N, K, stride_xm, k_per_split,
+    eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
     PDL: tl.constexpr, X_AHEAD: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -84,7 +89,7 @@ def _rmsnorm_gemm(
     m_ok, n_ok = rm < M, rn < N
     k_start = pid_s * k_per_split
     k_stop = tl.minimum(k_start + k_per_split, K)
-    x_rows = x_ptr + rm[:, None].to(tl.int64) * K
+    x_rows = x_ptr + rm[:, None].to(tl.int64) * stride_xm
     w_rows = w_ptr + rn[:, None].to(tl.int64) * K
     k = k_start + rk
     k_ok = k < k_stop
@@ -179,7 +184,9 @@ def kernel(
         raise ValueError(f"w must be (n, {k}) and g ({k},), got {tuple(w.shape)}, {tuple(g.shape)}")
     if k == 0:
         raise ValueError("x must have at least one column: the norm of an empty row is undefined")
-    x, g, w = x.contiguous(), g.contiguous(), w.contiguous()
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    g, w = g.contiguous(), w.contiguous()
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     if m == 0 or n == 0:
         return y
@@ -198,7 +205,7 @@ def kernel(
         parts = squares = counts = None
     pdl = _pdl(x.device)
     _rmsnorm_gemm[grid](
-        x, g, w, y, parts, squares, counts, m, n, k, k_per_split, EPS,
+        x, g, w, y, parts, squares, counts, m, n, k, x.stride(0), k_per_split, EPS,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead,
         LATE_DEPENDENTS=late_dependents,
         num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,

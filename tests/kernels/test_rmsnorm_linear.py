@@ -253,6 +253,14 @@ def test_the_tensor_core_candidate_sums_the_squares_of_every_slice(task, tmp_pat
     assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemm.py", params, bug, tmp_path)
 
 
+def test_the_tensor_core_candidate_reads_x_through_its_row_stride(task, tmp_path) -> None:
+    """It declares STRIDED_INPUTS, so the evaluator also runs it on views with gaps between rows
+    (as DeepSeek's q_a slice comes): a mutant that steps rows by K reads the gaps, is rejected."""
+    params = {"block_n": 16, "block_k": 64, "split_k": 2}
+    bug = ("rm[:, None].to(tl.int64) * stride_xm", "rm[:, None].to(tl.int64) * K")
+    assert_interpreted_and_mutant_caught(task, "triton_rmsnorm_gemm.py", params, bug, tmp_path)
+
+
 def test_the_tensor_core_candidate_leaves_its_counts_at_zero(task) -> None:
     """Three calls under the interpreter, the second on more tiles (the kept count buffer
     grows): each right, and every count back at 0, so no call pays a zero-fill."""
@@ -274,9 +282,9 @@ def _tensor_core_ptx(task, **constexprs) -> str:
     module = candidate_module(task, "triton_rmsnorm_gemm.py")
     types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
-    types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
+    types |= dict.fromkeys(("M", "N", "K", "stride_xm", "k_per_split"), "i32")
     constexprs |= {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "PDL": True}
-    aligned = ("N", "K", "k_per_split")
+    aligned = ("N", "K", "stride_xm", "k_per_split")
     return hopper_ptx(module._rmsnorm_gemm, types, constexprs, 4, 3, aligned)
 
 
