@@ -417,6 +417,48 @@ PLANS = [
         tag="o16late",
         peers=FUSED_PEERS,
     ),
+    # Warps and pipeline depth at the Llama b16 block's qkv, o and down shapes, which earlier
+    # sweeps ran at 4 warps and 3 stages only (at q_a/kv_a, session 22 found 2 warps best).
+    Plan(
+        "rmsnorm_linear_rope",
+        "triton_rmsnorm_gemm_rope.py",
+        ["m16-qk40-v8-d128-k4096"],
+        _grid(
+            {
+                "block_n": [16, 32],
+                "block_k": [128],
+                "split_k": [4, 8],
+                "num_warps": [2, 4],
+                "num_stages": [3, 4],
+                "x_ahead": [True],
+            }
+        ),
+        tag="qkv16warps",
+        peers=FUSED_PEERS,
+    ),
+    *(
+        Plan(
+            "linear_residual",
+            "triton_gemm_residual.py",
+            [shape],
+            _grid(
+                {
+                    "block_n": [32, 64],
+                    "block_k": [128],
+                    "split_k": [4, 8],
+                    "num_warps": [2, 4],
+                    "num_stages": [3, 4],
+                    "late_dependents": [late],
+                }
+            ),
+            tag=tag,
+            peers=FUSED_PEERS,
+        )
+        for tag, shape, late in [
+            ("o16warps", "m16-n4096-k4096", True),
+            ("down16warps", "m16-n4096-k14336", False),
+        ]
+    ),
     # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
     # projections on tensor cores.
     Plan(
