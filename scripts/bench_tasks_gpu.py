@@ -417,8 +417,8 @@ PLANS = [
         tag="o16late",
         peers=FUSED_PEERS,
     ),
-    # Warps and pipeline depth at the Llama b16 block's qkv, o and down shapes, which earlier
-    # sweeps ran at 4 warps and 3 stages only (at q_a/kv_a, session 22 found 2 warps best).
+    # Warps and pipeline depth at the b16 blocks' qkv, o and down shapes, which earlier sweeps
+    # ran at 4 warps and 3 stages only (at q_a/kv_a, session 22 found 2 warps best).
     Plan(
         "rmsnorm_linear_rope",
         "triton_rmsnorm_gemm_rope.py",
@@ -445,7 +445,7 @@ PLANS = [
                 {
                     "block_n": [32, 64],
                     "block_k": [128],
-                    "split_k": [4, 8],
+                    "split_k": splits,
                     "num_warps": [2, 4],
                     "num_stages": [3, 4],
                     "late_dependents": [late],
@@ -454,9 +454,12 @@ PLANS = [
             tag=tag,
             peers=FUSED_PEERS,
         )
-        for tag, shape, late in [
-            ("o16warps", "m16-n4096-k4096", True),
-            ("down16warps", "m16-n4096-k14336", False),
+        for tag, shape, splits, late in [
+            ("o16warps", "m16-n4096-k4096", [4, 8], True),
+            ("down16warps", "m16-n4096-k14336", [4, 8], False),
+            # DeepSeek-V3's o and down at 16 rows (the MLA block's), 86 and 91 % of copy there.
+            ("o16mlawarps", "m16-n7168-k16384", [2, 4], False),
+            ("down16mlawarps", "m16-n7168-k18432", [2, 4], False),
         ]
     ),
     # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
