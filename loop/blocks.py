@@ -13,8 +13,10 @@ Two block kinds, one forward function each for a decode step and for a prefill:
 Llama's block calls four fused ops: the input norms folded into the projections after them
 (`rmsnorm_linear`: the qkv projection, or `rmsnorm_linear_rope` with rope after it;
 `rmsnorm_linear_swiglu`: the MLP's gate+up projection with SwiGLU after it) and the residual
-adds into the projections before them (`linear_residual`: the output and down projections). Where no tuned kernel does one in one, it
-is the composition of the unfused ops, and where neither the output projection's add nor the
+adds into the projections before them (`linear_residual`: the output and down projections).
+DeepSeek's calls the same ones and `mla_rope_norm` (its queries' and key's rope and its latent's
+norm after the projections). Where no tuned kernel does one in one, it is the composition of the
+unfused ops, and where neither the output projection's add nor the
 MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same either
 way.
 
@@ -213,6 +215,9 @@ class Ops:
     rmsnorm_linear_swiglu: Callable | None = None  # (x (M, K), g (K,), w (2F, K)) -> (M, F)
     # (x, g, w_qk (Nqk, K), w_v (Nv, K), cos (M, d/2), sin) -> (qk (M, Nqk), v (M, Nv))
     rmsnorm_linear_rope: Callable | None = None
+    # MLA's (rope(q's rope parts), rmsnorm(latent, g), rope(the rope key)) after its projections:
+    # (q (T, H, nope + R), kv (T, C + R), g (C,), cos (T, R/2), sin) -> (q_pe, ckv, kpe)
+    mla_rope_norm: Callable | None = None
     # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
     # torch.compile); the eager ops run none.
     is_kernel: Callable[..., bool] = lambda op, *args: False
@@ -283,6 +288,13 @@ _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
                 ops.rmsnorm_linear(x, g, w_qk).reshape(x.shape[0], -1, 2 * cos.shape[1]), cos, sin
             ).reshape(x.shape[0], -1),
             ops.rmsnorm_linear(x, g, w_v),
+        )
+    ),
+    "mla_rope_norm": lambda ops: (
+        lambda q, kv, g, cos, sin: (
+            ops.rope(q[..., q.shape[-1] - 2 * cos.shape[1] :], cos, sin),
+            ops.rmsnorm(kv[:, : kv.shape[1] - 2 * cos.shape[1]], g),
+            ops.rope(kv[:, None, kv.shape[1] - 2 * cos.shape[1] :], cos, sin)[:, 0],
         )
     ),
 }
@@ -385,8 +397,19 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
             "k": x.shape[1],
         },
     ),
+    "mla_rope_norm": (
+        "mla_rope_norm",
+        lambda q, kv, g, c, s: {
+            "tokens": q.shape[0],
+            "heads": q.shape[1],
+            "nope_dim": q.shape[2] - 2 * c.shape[1],
+            "rope_dim": 2 * c.shape[1],
+            "kv_lora_rank": kv.shape[1] - 2 * c.shape[1],
+        },
+    ),
 }
-_ROW_BUCKETED = ("linear", *FUSED)  # keyed on m: a tuned kernel serves the rows it was tuned for
+# Keyed on m: a tuned kernel serves the rows it was tuned for.
+_ROW_BUCKETED = ("linear", *(op for op in FUSED if op != "mla_rope_norm"))
 
 
 def _load_module(path: Path):
@@ -715,12 +738,9 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
     def projections(x, cos, sin):
         qkv_a = ops.rmsnorm_linear(x, w["attn_norm"], w["wqkv_a"])
         q_a, kv = qkv_a.split([cfg.q_lora_rank, c + r], dim=1)
-        q = ops.rmsnorm_linear(q_a, w["q_norm"], w["wq_b"])
-        q_nope, q_pe = q.reshape(-1, nh, dn + r).split([dn, r], dim=-1)
-        q_pe = ops.rope(q_pe, cos, sin)
-        ckv = ops.rmsnorm(kv[:, :c], w["kv_norm"])
-        kpe = ops.rope(kv[:, None, c:], cos, sin)[:, 0]
-        return q_nope, q_pe, ckv, kpe
+        q = ops.rmsnorm_linear(q_a, w["q_norm"], w["wq_b"]).reshape(-1, nh, dn + r)
+        q_pe, ckv, kpe = ops.mla_rope_norm(q, kv, w["kv_norm"], cos, sin)
+        return q[..., :dn], q_pe, ckv, kpe
 
     def decode(x, ckv_cache, kpe_cache, cos, sin):
         """x (B, hidden); ckv_cache (B, L, kv_lora_rank) and kpe_cache (B, L, rope_dim) holding

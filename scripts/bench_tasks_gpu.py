@@ -1,6 +1,7 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
 rope, skinny_gemm's CuPy GEMVs at M <= 16, the fused decode GEMVs rmsnorm_linear,
-linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv):
+linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv and
+its rope and latent norm, mla_rope_norm):
 an optional quick sweep that times a short list of each candidate's configurations at the
 plan's first shape (one evaluator call per plan: verify, then interleaved CUDA-graph timing) and
 keeps the fastest, then `autotune bench` of that configuration against the peers over the
@@ -657,6 +658,19 @@ PLANS = [
         )
         for tag, nk in [("in", "n512-k128"), ("out", "n128-k512")]
         for batch in (1, 16, 64)
+    ),
+    # MLA's rope and latent norm in one kernel, a plan per token bucket, swept at DeepSeek-V3's
+    # 128 heads and benched at V2-Lite's 16 too.
+    *(
+        Plan(
+            "mla_rope_norm",
+            "triton_mla_rope_norm.py",
+            [f"{cls}-{tokens}x{heads}-d128-r64-c512" for heads in (128, 16)],
+            _grid({"head_block": [8, 16, 32, 64, 128], "num_warps": [1, 2, 4]}),
+            tag=f"ropenorm{tokens}",
+            peers=FUSED_PEERS,
+        )
+        for cls, tokens in [("decode", 1), ("decode", 16), ("decode", 64), ("prefill", 4096)]
     ),
 ]
 

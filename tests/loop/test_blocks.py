@@ -84,7 +84,8 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
 # fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm, add_rmsnorm and
 # skinny_gemm ones they make unused (`fused`), or without them (then the MLP's add and norm run
 # as add_rmsnorm); with `epilogues`, SwiGLU (and Llama's rope) folded into the projections
-# before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope).
+# before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope), and MLA's rope and latent norm
+# after them (mla_rope_norm).
 def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
@@ -136,6 +137,11 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
             n_qk, n_v = (cfg.heads + cfg.kv_heads) * cfg.head_dim, cfg.kv_heads * cfg.head_dim
             attn = {"m": rows, "n_qk": n_qk, "n_v": n_v, "head_dim": cfg.head_dim}
             out["rmsnorm_linear_rope"] = [({**attn, "k": cfg.hidden, **dt}, {"chunk_n": 16})]
+        if epilogues and cfg.kind == "mla":
+            del out["rope"], out["rmsnorm"]
+            dims = {"tokens": rows, "heads": cfg.heads, "nope_dim": cfg.qk_nope_dim}
+            dims.update({"rope_dim": cfg.rope_dim, "kv_lora_rank": cfg.kv_lora_rank, **dt})
+            out["mla_rope_norm"] = [(dims, {"compute": "input"})]
     if cfg.kind == "llama" and mode == "decode":
         dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
@@ -180,6 +186,7 @@ _BUCKETS = {
     "linear_residual": "m",
     "rmsnorm_linear_swiglu": "m",
     "rmsnorm_linear_rope": "m",
+    "mla_rope_norm": "tokens",
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
     "mla_decode": "kv_len",
