@@ -9,12 +9,7 @@ x may be a strided view whose last dim is contiguous (as MLA's query slice is: 1
 heads), so a batch of any size launches (the y and z axes stop at 65535).
 
 On Hopper and later it is launched with programmatic dependent launch: its first weight tile,
-which nothing earlier in the stream writes, is loaded before `gdc_wait`, x only after it.
-`prefetch_l2` True has a program also ask L2 for every 128-byte line of its whole weight slice
-before the wait (`prefetch.global.L2`, holding no register), so where the kernel before lets it
-launch early (MLA's rope-and-norm kernel, or the attention's merge with early_dependents) the
-weight streams into L2 while that kernel runs; CUDA devices only (the interpreter has no inline
-PTX). It
+which nothing earlier in the stream writes, is loaded before `gdc_wait`, x only after it. It
 does not let the kernel after it launch early (its grid is several waves at batch 16, and an
 early dependent takes SMs from the later waves: in the DeepSeek b16 block the projection after
 it took 77 us instead of 64, session 18).
@@ -33,9 +28,7 @@ PARAMS = {
     "block_k": [32, 64, 128, 256],
     "num_warps": [2, 4, 8],
     "use_dot": [True, False],
-    "prefetch_l2": [False, True],
 }
-LINE_BYTES = 128
 MAX_HEADS = 65535
 STRIDED_INPUTS = True  # a decoder block may pass x as a view (it copies only what it must)
 
@@ -67,7 +60,7 @@ def _weights(w_rows, kk, n_ok, k_ok):
 def _head_gemv(
     x_ptr, w_ptr, y_ptr, B, H, N, K, stride_xb, stride_xh,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
-    PDL: tl.constexpr, PREFETCH: tl.constexpr = False, LINE: tl.constexpr = 64,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     n_blocks = tl.cdiv(N, BLOCK_N)
     rn = tl.program_id(0) % n_blocks * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -81,10 +74,6 @@ def _head_gemv(
     # The first weight tile, which nothing earlier in the stream writes, before the wait.
     kk = tl.arange(0, BLOCK_K)
     first = _weights(w_rows, kk, n_ok, kk < K)
-    if PREFETCH:  # LINE elements a 128-byte line; rows past N repeat the last row
-        slice_rows = w_ptr + (head.to(tl.int64) * N + tl.minimum(rn, N - 1)) * K
-        for k0 in range(0, K, LINE):
-            _prefetch_l2(slice_rows + k0)
     if PDL:
         tl.extra.cuda.gdc_wait()
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -93,15 +82,6 @@ def _head_gemv(
         acc = _mac(acc, x_rows, w_rows, k0, m_ok, n_ok, K, BLOCK_K, USE_DOT)
     out = y_ptr + rows[:, None] * N + rn[None, :]
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
-
-
-@triton.jit
-def _prefetch_l2(ptrs):
-    """Ask L2 for the line of each address (a hint: nothing is read into the program)."""
-    tl.inline_asm_elementwise(
-        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-        dtype=tl.int32, is_pure=False, pack=1,
-    )  # fmt: skip
 
 
 @functools.cache
@@ -118,7 +98,6 @@ def kernel(
     block_k: int = 128,
     num_warps: int = 4,
     use_dot: bool = True,
-    prefetch_l2: bool = False,
 ) -> torch.Tensor:
     b, h, k = x.shape
     if w.dim() != 3 or w.shape[0] != h or w.shape[2] != k:
@@ -140,8 +119,6 @@ def kernel(
     pdl = _pdl(x.device)
     _head_gemv[grid](
         x, w, y, b, h, n, k, x.stride(0), x.stride(1), BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, USE_DOT=bool(use_dot), PDL=pdl,
-        PREFETCH=bool(prefetch_l2) and x.device.type == "cuda", LINE=LINE_BYTES // w.element_size(),
-        num_warps=num_warps, launch_pdl=pdl,
+        BLOCK_K=block_k, USE_DOT=bool(use_dot), PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return y

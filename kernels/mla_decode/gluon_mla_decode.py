@@ -11,13 +11,9 @@ turn), so one's softmax runs under the other's products. A Triton kernel then me
 by their log-sum-exp. Both kernels are launched with programmatic dependent launch: each
 partition of the split kernel waits (griddepcontrol.wait) for the kernel before it, before
 touching global memory, and the loader then lets the merge launch, which waits in turn, so the
-merge's launch passes while the split kernel runs. By default the merge does not let the kernel
-after it launch early: an early dependent competes with the merge's later waves (session 19
-measured no clear difference either way, with cuBLAS after it). `early_dependents` True has each
-merge program let it launch before its own wait, so that kernel (in a decoder block, the value
-projection, whose weights nothing writes) may stream or prefetch its weights while the merge
-runs (at batch 1 the merge is one wave). It is right only where the kernel after the merge
-reads nothing before its wait that a kernel before it writes, and writes nothing before it.
+merge's launch passes while the split kernel runs. The merge does not let the kernel after it
+launch early, as head_gemv does not: an early dependent competes with the merge's later waves
+(session 19 measured no clear difference either way).
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a multiple of 64, rank 512, rope 64 and
 a cache length a multiple of the tile; anything else is a ValueError naming what (the Triton
@@ -46,7 +42,6 @@ PARAMS = {
     "num_stages": [2, 3, 4],
     "eager_values": [False, True],
     "shared_p": [False, True],
-    "early_dependents": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -419,13 +414,11 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
 
 @triton.jit
 def _merge_kernel(po_ptr, plse_ptr, out_ptr, n_splits, R: tl.constexpr, BLOCK_R: tl.constexpr,
-                  BLOCK_S: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr = False):  # fmt: skip
+                  BLOCK_S: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
     """BLOCK_R columns of one (sequence, head): the splits' partial outputs weighted by their
     log-sum-exp, read BLOCK_S splits a step with a running maximum (one pass over the
     partials; at batch 1 one step, the columns spread over four programs a head)."""
     if PDL:
-        if EARLY:
-            tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     rr = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -528,7 +521,6 @@ def kernel(
     num_stages: int = 2,
     eager_values: bool = False,
     shared_p: bool = False,
-    early_dependents: bool = False,
 ) -> torch.Tensor:
     if shared_p and eager_values:
         raise ValueError(
@@ -563,6 +555,6 @@ def kernel(
         )  # fmt: skip
         _merge_kernel[(b * h, r // columns)](
             part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,
-            PDL=True, EARLY=bool(early_dependents), num_warps=4, launch_pdl=True,
+            PDL=True, num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

@@ -85,8 +85,6 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
             ("triton_head_gemv.py", {}),
             ("triton_head_gemv.py", {"block_m": 1, "block_n": 32, "block_k": 32, "use_dot": False}),
             ("triton_head_gemv.py", {"block_m": 4, "block_n": 16, "block_k": 64, "use_dot": False}),
-            # on the CPU the prefetch is left out (the interpreter runs no inline PTX)
-            ("triton_head_gemv.py", {"block_n": 16, "block_k": 32, "prefetch_l2": True}),
         ],
         WRONG,
         tmp_path,
@@ -153,27 +151,6 @@ def test_the_first_weight_tile_streams_before_the_wait_on_sm90(
     constexprs |= {"USE_DOT": use_dot, "PDL": True}
     ptx = hopper_ptx(module._head_gemv, types, constexprs, 4, multiples_of_16=("N", "K"))
     vectors = block_n * block_k * 2 // 16 // (32 * 4)
-    assert_weights_stream_before_the_wait(ptx, vectors, triggers=False, later_weights=True)
-
-
-@pytest.mark.parametrize("block_n, k", [(32, 512), (128, 128)])
-def test_the_l2_prefetch_covers_the_weight_slice_before_the_wait_on_sm90(task, block_n, k) -> None:
-    """Compiled for sm_90: with prefetch_l2, a program issues prefetch.global.L2 for each 128-byte
-    line of its block_n rows of K (bf16: 64 elements a line) before griddepcontrol.wait, and
-    still reads x and writes y only after it."""
-    module = candidate_module(task, "triton_head_gemv.py")
-    types = dict.fromkeys(("x_ptr", "w_ptr", "y_ptr"), "*bf16")
-    types |= dict.fromkeys(("B", "H", "N", "K", "stride_xb", "stride_xh"), "i32")
-    constexprs = {"BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": 64, "USE_DOT": True, "PDL": True}
-    constexprs |= {"PREFETCH": True, "LINE": 64}
-    ptx = hopper_ptx(module._head_gemv, types, constexprs, 4, multiples_of_16=("N", "K"))
-    before, wait, after = ptx.partition("griddepcontrol.wait")
-    assert wait and "prefetch.global.L2" not in after
-    assert "st.global" not in before and "st.global" in after
-    # the loop over K's lines (a runtime K) issues one prefetch a row a thread holds, per line
-    prefetches = [line for line in before.splitlines() if "prefetch.global.L2" in line]
-    assert prefetches and len(prefetches) == max(1, block_n // (32 * 4))
-    vectors = block_n * 64 * 2 // 16 // (32 * 4)
     assert_weights_stream_before_the_wait(ptx, vectors, triggers=False, later_weights=True)
 
 
@@ -252,8 +229,6 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "triton_head_gemv.py",
                 {"block_m": 1, "block_n": 16, "block_k": 128, "use_dot": False},
             ),
-            ("triton_head_gemv.py", {"block_k": 64, "block_n": 32, "prefetch_l2": True}),
-            ("triton_head_gemv.py", {"block_k": 64, "block_n": 128, "prefetch_l2": True}),
             ("torch_head_gemv.py", {}),
         ],
     )

@@ -324,20 +324,6 @@ def test_gluon_merge_waits_before_reading_and_lets_nothing_launch_early(task) ->
         )
 
 
-def test_gluon_merge_with_early_dependents_lets_them_launch_before_its_wait(task) -> None:
-    """With early_dependents the one trigger comes first, before the wait; still nothing is
-    loaded or stored before the wait."""
-    module = candidate_module(task, "gluon_mla_decode.py")
-    types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
-    constexprs = {"R": 512, "BLOCK_R": 128, "BLOCK_S": 64, "PDL": True, "EARLY": True}
-    ptx = hopper_ptx(module._merge_kernel, types, constexprs, 4)
-    before, wait, after = ptx.partition("griddepcontrol.wait")
-    assert wait and before.count("griddepcontrol.launch_dependents") == 1
-    assert "griddepcontrol.launch_dependents" not in after
-    assert not [line for line in before.splitlines() if "ld.global" in line or "st.global" in line]
-    assert "ld.global" in after and "st.global" in after
-
-
 def test_gluon_merge_weights_the_splits_by_their_log_sum_exp(task) -> None:
     errors = json.loads(run_interpreted(GLUON_MERGE))
     assert len(errors) == 2 and max(errors) < 1e-5, errors
@@ -404,7 +390,6 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
         {"block_n": 32, "num_stages": 4, "eager_values": True},
         {"shared_p": True},
         {"block_n": 32, "num_stages": 4, "shared_p": True},
-        {"block_n": 32, "num_stages": 4, "shared_p": True, "early_dependents": True},
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
