@@ -42,7 +42,6 @@ PARAMS = {
     "num_stages": [2, 3, 4],
     "eager_values": [False, True],
     "shared_p": [False, True],
-    "overlap": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -262,7 +261,7 @@ def _take(kv_smem, stats, ready, p_ready, j, o0, o1, o2, o3, m_i, l_i, row_layou
 @gluon.jit
 def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
                      scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr,
-                     STAGES: gl.constexpr, OVERLAP: gl.constexpr = False):  # fmt: skip
+                     STAGES: gl.constexpr):  # fmt: skip
     """One warpgroup, for output columns 256 W .. 256 W + 255, computing the scores of every
     other tile only (those with j % 2 == W, flash MLA's split of the work): it publishes a
     tile's probabilities (over the tile's rope chunk, which only the scores read) and its row
@@ -287,43 +286,35 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
 
     mbarrier.wait(q_bar, 0)
     own = (n_tiles - W + 1) // 2  # tiles W, W + 2, ...
-    if OVERLAP:
-        o0, o1, o2, o3, m_i, l_i = _own_tiles_overlapped(
-            q_smem, kv_smem, stats, ready, free, p_ready, own, s_zero, o0, o1, o2, o3, m_i, l_i,
-            scale_log2, row_layout, W, BLOCK_N, STAGES,
-        )  # fmt: skip
-    else:
-        for i in range(own):
-            j = W + 2 * i
-            stage = j % STAGES
-            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-            s_acc = _scores(q_smem, kv_smem, stage, s_zero)
-            if j > 0:  # the other warpgroup's tile j - 1 first, its product beside S_j
-                o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2,
-                                                 o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
-                s, o0, o1, o2, o3 = warpgroup_mma_wait(
-                    num_outstanding=0, deps=(s_acc, o0, o1, o2, o3)
-                )
-                mbarrier.arrive(free.index((j - 1) % STAGES))
-            else:
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
-            m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
-            p16 = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1)).to(q_smem.dtype)
-            alpha = gl.exp2(m_i - m_new)
-            row_sum = gl.sum(p16.to(gl.float32), axis=1)  # of the probabilities the products use
-            # Publish: the scores are done with this buffer's rope chunk.
-            _probabilities(kv_smem, stage, BLOCK_N).store(p16)
-            stats.index(2 * stage).store(m_new)
-            stats.index(2 * stage + 1).store(row_sum)
-            fence_async_shared()  # then Triton's partition barrier, then one thread arrives
-            mbarrier.arrive(p_ready.index(stage))
-            m_i = m_new
-            l_i = l_i * alpha + row_sum
-            o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
-            p = _probabilities(kv_smem, stage, BLOCK_N)  # as the other warpgroup reads it
-            o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
-            o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-            mbarrier.arrive(free.index(stage))
+    for i in range(own):
+        j = W + 2 * i
+        stage = j % STAGES
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        s_acc = _scores(q_smem, kv_smem, stage, s_zero)
+        if j > 0:  # the other warpgroup's tile j - 1 first, its product beside S_j
+            o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2,
+                                             o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
+            s, o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, o0, o1, o2, o3))
+            mbarrier.arrive(free.index((j - 1) % STAGES))
+        else:
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
+        p16 = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1)).to(q_smem.dtype)
+        alpha = gl.exp2(m_i - m_new)
+        row_sum = gl.sum(p16.to(gl.float32), axis=1)  # of the probabilities the products use
+        # Publish: the scores are done with this buffer's rope chunk.
+        _probabilities(kv_smem, stage, BLOCK_N).store(p16)
+        stats.index(2 * stage).store(m_new)
+        stats.index(2 * stage + 1).store(row_sum)
+        fence_async_shared()  # then Triton's partition barrier, then one thread arrives
+        mbarrier.arrive(p_ready.index(stage))
+        m_i = m_new
+        l_i = l_i * alpha + row_sum
+        o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
+        p = _probabilities(kv_smem, stage, BLOCK_N)  # as the other warpgroup reads it
+        o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
+        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+        mbarrier.arrive(free.index(stage))
     last = W + 2 * own - 1  # the other warpgroup's tile after this one's last, if any
     if last < n_tiles:
         o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, last, o0, o1, o2, o3,
@@ -331,64 +322,6 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
         o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
         mbarrier.arrive(free.index(last % STAGES))
     _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits, row_layout, W)
-
-
-@gluon.jit
-def _own_tile(q_smem, kv_smem, stats, free, p_ready, j, s, o0, o1, o2, o3, m_i, l_i, scale_log2,
-              W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              TOOK: gl.constexpr):  # fmt: skip
-    """Tile j's scores `s` (done) into probabilities, published with their row maxima and
-    sums; then the outputs (TOOK: the other warpgroup's tile j - 1 in flight, waited here)
-    rescaled and P_j V_j,half added (waited)."""
-    stage = j % STAGES
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
-    p16 = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1)).to(q_smem.dtype)
-    alpha = gl.exp2(m_i - m_new)
-    row_sum = gl.sum(p16.to(gl.float32), axis=1)
-    _probabilities(kv_smem, stage, BLOCK_N).store(p16)
-    stats.index(2 * stage).store(m_new)
-    stats.index(2 * stage + 1).store(row_sum)
-    fence_async_shared()
-    mbarrier.arrive(p_ready.index(stage))
-    if TOOK:  # the other warpgroup's P_{j-1} V_{j-1}, issued after S_j
-        o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-        mbarrier.arrive(free.index((j - 1) % STAGES))
-    o0, o1, o2, o3 = _scaled(o0, o1, o2, o3, alpha)
-    o0, o1, o2, o3 = _values(_probabilities(kv_smem, stage, BLOCK_N), kv_smem, stage, o0, o1, o2,
-                             o3, W)  # fmt: skip
-    o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-    mbarrier.arrive(free.index(stage))
-    return o0, o1, o2, o3, m_new, l_i * alpha + row_sum
-
-
-@gluon.jit
-def _own_tiles_overlapped(q_smem, kv_smem, stats, ready, free, p_ready, own, s_zero, o0, o1, o2,
-                          o3, m_i, l_i, scale_log2, row_layout: gl.constexpr, W: gl.constexpr,
-                          BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """_consumer_shared's loop over this warpgroup's tiles with a shorter chain between the
-    warpgroups: S_j is waited for alone, so the other warpgroup's P_{j-1} V_{j-1} (issued after
-    it; groups of wgmma finish in the order issued) still runs while S_j's softmax is computed
-    and published. Tile 0 (warpgroup 0's first) takes no other tile before it."""
-    first = 0
-    if W == 0:
-        mbarrier.wait(ready.index(0), 0)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_smem, kv_smem, 0, s_zero),))
-        o0, o1, o2, o3, m_i, l_i = _own_tile(q_smem, kv_smem, stats, free, p_ready, 0, s, o0, o1,
-                                             o2, o3, m_i, l_i, scale_log2, W, BLOCK_N, STAGES,
-                                             False)  # fmt: skip
-        first = 1
-    for i in range(first, own):
-        j = W + 2 * i
-        stage = j % STAGES
-        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-        s_acc = _scores(q_smem, kv_smem, stage, s_zero)
-        o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2, o3,
-                                         m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
-        s = warpgroup_mma_wait(num_outstanding=HALF_CHUNKS, deps=(s_acc,))
-        o0, o1, o2, o3, m_i, l_i = _own_tile(q_smem, kv_smem, stats, free, p_ready, j, s, o0, o1,
-                                             o2, o3, m_i, l_i, scale_log2, W, BLOCK_N, STAGES,
-                                             True)  # fmt: skip
-    return o0, o1, o2, o3, m_i, l_i
 
 
 @gluon.jit
@@ -411,8 +344,7 @@ def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
                   tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr,
-                  OVERLAP: gl.constexpr = False):  # fmt: skip
+                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -449,9 +381,9 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
         gl.warp_specialize(
             [
                 (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES, OVERLAP)),
+                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES)),
                 (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES, OVERLAP)),
+                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
                 (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
                            kv_row, n_tiles, BLOCK_N, STAGES)),
             ],
@@ -589,10 +521,7 @@ def kernel(
     num_stages: int = 2,
     eager_values: bool = False,
     shared_p: bool = False,
-    overlap: bool = False,
 ) -> torch.Tensor:
-    if overlap and not shared_p:
-        raise ValueError("gluon MLA decode: overlap is an order of shared_p's loop; set shared_p")
     if shared_p and eager_values:
         raise ValueError(
             "gluon MLA decode: shared_p issues each tile's values as soon as its probabilities "
@@ -622,7 +551,7 @@ def kernel(
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values),
-            SHARED_P=bool(shared_p), OVERLAP=bool(overlap), num_warps=4, launch_pdl=True,
+            SHARED_P=bool(shared_p), num_warps=4, launch_pdl=True,
         )  # fmt: skip
         _merge_kernel[(b * h, r // columns)](
             part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,

@@ -354,14 +354,6 @@ cases = [
     (3, 128, 4160, torch.float16, {"block_n": 32, "num_stages": 4, "shared_p": True}),
     (1, 128, 8192 + 32, torch.bfloat16, {"block_n": 32, "num_stages": 3, "shared_p": True}),
     (1, 64, 64 * 300, torch.bfloat16, {"block_n": 32, "num_stages": 4, "shared_p": True}),
-    # overlap: the same order with shorter waits (1, 2, 3 and many tiles a split)
-    (1, 64, 64, torch.float16, {"shared_p": True, "overlap": True}),
-    (3, 128, 4160, torch.bfloat16, {"block_n": 32, "num_stages": 4, "shared_p": True,
-                                    "overlap": True}),
-    (1, 128, 8192 + 32, torch.bfloat16, {"block_n": 32, "num_stages": 3, "shared_p": True,
-                                         "overlap": True}),
-    (1, 64, 64 * 300, torch.bfloat16, {"block_n": 32, "num_stages": 4, "shared_p": True,
-                                       "overlap": True}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, h, n, dtype, params in cases:
@@ -398,8 +390,6 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
         {"block_n": 32, "num_stages": 4, "eager_values": True},
         {"shared_p": True},
         {"block_n": 32, "num_stages": 4, "shared_p": True},
-        {"block_n": 32, "num_stages": 4, "shared_p": True, "overlap": True},
-        {"block_n": 64, "num_stages": 2, "shared_p": True, "overlap": True},
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:

@@ -44,11 +44,9 @@ def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages,
     assert row["ex2"] > 0
 
 
-@pytest.mark.parametrize(
-    "block_n, stages, overlap", [(64, 2, False), (32, 4, False), (32, 4, True)]
-)
+@pytest.mark.parametrize("block_n, stages", [(64, 2), (32, 4)])
 def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_reads(
-    block_n, stages, overlap
+    block_n, stages
 ) -> None:
     """With shared_p a warpgroup writes a tile's probabilities to shared memory for the other
     warpgroup's products: the build fits, keeps its two budgets and chained products, and
@@ -58,8 +56,8 @@ def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_r
     pytest.importorskip("triton")
     script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
     module = import_file(script.GLUON)
-    compiled = script.gluon_build(block_n, stages, False, True, overlap)
-    row = script.gluon_resources(block_n, stages, False, True, overlap)
+    compiled = script.gluon_build(block_n, stages, False, True)
+    row = script.gluon_resources(block_n, stages, False, True)
     assert 0 < row["shared_bytes"] <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
     assert {24, 240} <= setmaxnreg_budgets(ptx)
