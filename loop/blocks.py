@@ -14,8 +14,8 @@ Llama's block calls four fused ops: the input norms folded into the projections 
 (`rmsnorm_linear`: the qkv projection, or `rmsnorm_linear_rope` with rope after it;
 `rmsnorm_linear_swiglu`: the MLP's gate+up projection with SwiGLU after it) and the residual
 adds into the projections before them (`linear_residual`: the output and down projections).
-DeepSeek's calls the same ones and `mla_rope_norm` (its queries' and key's rope and its latent's
-norm after the projections). Where no tuned kernel does one in one, it is the composition of the
+DeepSeek's calls the same ones, `mla_rope_norm` (its queries' and key's rope and its latent's
+norm after the projections) and `mla_decode_value` (the attention and its value projection). Where no tuned kernel does one in one, it is the composition of the
 unfused ops, and where neither the output projection's add nor the
 MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same either
 way.
@@ -218,6 +218,8 @@ class Ops:
     # MLA's (rope(q's rope parts), rmsnorm(latent, g), rope(the rope key)) after its projections:
     # (q (T, H, nope + R), kv (T, C + R), g (C,), cos (T, R/2), sin) -> (q_pe, ckv, kpe)
     mla_rope_norm: Callable | None = None
+    # head_gemv(mla_decode(q_nope, q_pe, ckv, kpe), w_uv): the attention and its value projection
+    mla_decode_value: Callable | None = None
     # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
     # torch.compile); the eager ops run none.
     is_kernel: Callable[..., bool] = lambda op, *args: False
@@ -295,6 +297,11 @@ _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
             ops.rope(q[..., q.shape[-1] - 2 * cos.shape[1] :], cos, sin),
             ops.rmsnorm(kv[:, : kv.shape[1] - 2 * cos.shape[1]], g),
             ops.rope(kv[:, None, kv.shape[1] - 2 * cos.shape[1] :], cos, sin)[:, 0],
+        )
+    ),
+    "mla_decode_value": lambda ops: (
+        lambda q_nope, q_pe, ckv, kpe, w_uv: ops.head_gemv(
+            ops.mla_decode(q_nope, q_pe, ckv, kpe), w_uv
         )
     ),
 }
@@ -407,9 +414,20 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
             "kv_lora_rank": kv.shape[1] - 2 * c.shape[1],
         },
     ),
+    "mla_decode_value": (
+        "mla_decode_value",
+        lambda qn, qp, ckv, kpe, w: {
+            "batch": qn.shape[0],
+            "heads": qn.shape[1],
+            "kv_lora_rank": qn.shape[2],
+            "rope_dim": qp.shape[2],
+            "v_head_dim": w.shape[1],
+            "kv_len": ckv.shape[1],
+        },
+    ),
 }
 # Keyed on m: a tuned kernel serves the rows it was tuned for.
-_ROW_BUCKETED = ("linear", *(op for op in FUSED if op != "mla_rope_norm"))
+_ROW_BUCKETED = ("linear", *(op for op in FUSED if not op.startswith("mla_")))
 
 
 def _load_module(path: Path):
@@ -750,9 +768,10 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         q_lat = ops.head_gemv(q_nope, w["w_uk"])
         if q_rescale != 1.0:
             q_lat, q_pe = q_lat * q_rescale, q_pe * q_rescale
-        o_lat = ops.mla_decode(q_lat.contiguous(), q_pe.contiguous(), ckv_cache, kpe_cache)
-        # The value up-projection after attention: C -> dv a head.
-        o = ops.head_gemv(o_lat, w["w_uv"])
+        # The attention, then the value up-projection: C -> dv a head.
+        o = ops.mla_decode_value(
+            q_lat.contiguous(), q_pe.contiguous(), ckv_cache, kpe_cache, w["w_uv"]
+        )
         return _mlp(ops, w, o.reshape(x.shape[0], nh * dv), x), ckv, kpe
 
     def prefill(x, cos, sin):

@@ -1,7 +1,8 @@
 """GPU runs of the memory-bound tasks (rmsnorm, add_rmsnorm, softmax, cross_entropy, swiglu,
 rope, skinny_gemm's CuPy GEMVs at M <= 16, the fused decode GEMVs rmsnorm_linear,
-linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv and
-its rope and latent norm, mla_rope_norm):
+linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv, its
+rope and latent norm (mla_rope_norm) and its attention with the value projection
+(mla_decode_value)):
 an optional quick sweep that times a short list of each candidate's configurations at the
 plan's first shape (one evaluator call per plan: verify, then interleaved CUDA-graph timing) and
 keeps the fastest, then `autotune bench` of that configuration against the peers over the
@@ -671,6 +672,24 @@ PLANS = [
             peers=FUSED_PEERS,
         )
         for cls, tokens in [("decode", 1), ("decode", 16), ("decode", 64), ("prefill", 4096)]
+    ),
+    # MLA's attention with its value projection: the merge-and-project kernel's steps and warps
+    # swept at batch 1 (a sequence a program) and 16 (tensor cores over 16 sequences).
+    Plan(
+        "mla_decode_value",
+        "gluon_mla_decode_value.py",
+        ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
+        _grid({"block_m": [1], "block_k": [32, 64, 128], "merge_warps": [4, 8]}),
+        tag="mlavalue1",
+        peers=FUSED_PEERS,
+    ),
+    Plan(
+        "mla_decode_value",
+        "gluon_mla_decode_value.py",
+        ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
+        _grid({"block_m": [1, 16], "block_k": [64, 128], "merge_warps": [4, 8]}),
+        tag="mlavalue16",
+        peers=FUSED_PEERS,
     ),
 ]
 

@@ -84,8 +84,8 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
 # fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm, add_rmsnorm and
 # skinny_gemm ones they make unused (`fused`), or without them (then the MLP's add and norm run
 # as add_rmsnorm); with `epilogues`, SwiGLU (and Llama's rope) folded into the projections
-# before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope), and MLA's rope and latent norm
-# after them (mla_rope_norm).
+# before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope), MLA's rope and latent norm
+# after them (mla_rope_norm) and its attention with the value projection (mla_decode_value).
 def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
@@ -159,6 +159,9 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
             ({"batch": b, "heads": cfg.heads, "n": nn, "k": k, **dt}, {"chunk_heads": 1})
             for nn, k in absorbed
         ]
+        if epilogues:  # the attention and its value projection in one op
+            del out["mla_decode"], out["head_gemv"][1]
+            out["mla_decode_value"] = [({**dims, "v_head_dim": cfg.v_head_dim}, {"chunk": 8})]
     return {
         task: [
             {
@@ -187,6 +190,7 @@ _BUCKETS = {
     "rmsnorm_linear_swiglu": "m",
     "rmsnorm_linear_rope": "m",
     "mla_rope_norm": "tokens",
+    "mla_decode_value": "kv_len",
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
     "mla_decode": "kv_len",

@@ -1,0 +1,211 @@
+"""The MLA decode + value projection task: reference, inputs, shapes, its torch candidate on the
+CPU against a wrong kernel, and the Gluon candidate (its split kernel built for sm_90 here, its
+merge-and-project kernel under the interpreter against hand-cut partials and a mutant, and on
+the GPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from loop.tasks import load_task
+from tests.kernels.candidate_tools import mutated
+from tests.kernels.task_checks import (
+    assert_shipped_accepted,
+    assert_weights_stream_before_the_wait,
+    assert_wrong_rejected,
+    candidate_module,
+    evaluate_with_wrong,
+    gpu_evaluate,
+    hopper_build,
+    hopper_ptx,
+    run_interpreted,
+)
+
+GLUON = "gluon_mla_decode_value.py"
+
+# Every head projected by head 0's weight.
+WRONG = """
+import math
+import torch
+
+LANGUAGE = "torch"
+
+
+def kernel(q_nope, q_pe, ckv, kpe, w_uv):
+    qn, qp = q_nope.float() / math.sqrt(192), q_pe.float() / math.sqrt(192)
+    s = (qn[:, :, None, :] * ckv.float()[:, None]).sum(-1)
+    s = s + (qp[:, :, None, :] * kpe.float()[:, None]).sum(-1)
+    o = (torch.softmax(s, -1)[..., None] * ckv.float()[:, None]).sum(2)
+    return (o[:, :, None, :] * w_uv.float()[0][None, None]).sum(-1).to(q_nope.dtype)
+"""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("mla_decode_value")
+
+
+def test_reference_is_mla_decodes_then_each_heads_value_projection(task) -> None:
+    shape = task.shapes("cpu")[1]
+    q_nope, q_pe, ckv, kpe, w_uv = task.module.make_inputs(shape.to_dict(), 2, "cpu")
+    o_lat = load_task("mla_decode").reference(q_nope, q_pe, ckv, kpe)
+    want = torch.stack([o_lat[:, h] @ w_uv[h].double().t() for h in range(w_uv.shape[0])], 1)
+    torch.testing.assert_close(task.reference(q_nope, q_pe, ckv, kpe, w_uv), want)
+    assert 0.1 < float(want.std()) < 3.0
+
+
+def test_the_eager_peer_and_the_gpu_shapes(task) -> None:
+    shape = task.shapes("cpu")[0]
+    inputs = task.module.make_inputs(shape.to_dict(), 3, "cpu")
+    want = task.reference(*inputs)
+    got = task.peers["eager"](*inputs)
+    assert got.shape == want.shape and float((got.double() - want).norm() / want.norm()) < 1e-5
+    gpu = {s.name: s for s in task.shapes("cuda")}
+    assert {"b1-kv32768", "b16-kv4096", "b1-kv131072"} <= set(gpu)
+    one = gpu["b1-kv32768"]
+    # the cache once, the queries, W_UV once (128 heads x 128 x 512), the output
+    cache = 32768 * 576 + 128 * 576 + 128 * 128 * 512
+    assert task.bytes_moved(one) == 2 * (cache + 128 * 128)
+
+
+def test_the_torch_candidate_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
+    ev = evaluate_with_wrong(
+        task,
+        [("torch_mla_decode_value.py", {}), ("torch_mla_decode_value.py", {"chunk": 1024})],
+        WRONG,
+        tmp_path,
+    )
+    assert_shipped_accepted(ev)
+    assert_wrong_rejected(ev)
+
+
+def test_the_gluon_candidate_runs_on_the_gpu_only_and_refuses_naming_why(task) -> None:
+    assert task.candidates["cuda"] == [GLUON]
+    kernel = candidate_module(task, GLUON).kernel
+    args = [torch.zeros(s, dtype=torch.bfloat16) for s in ((1, 64, 512), (1, 64, 64))]
+    args += [torch.zeros(s, dtype=torch.bfloat16) for s in ((1, 64, 512), (1, 64, 64))]
+    with pytest.raises(ValueError, match=r"w_uv \(64, 96, 512\)"):
+        kernel(*args, torch.zeros(64, 96, 512, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="needs an sm_90 GPU"):
+        kernel(*args, torch.zeros(64, 128, 512, dtype=torch.bfloat16))
+
+
+def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
+    """The split kernel copied from gluon_mla_decode.py (its shared-probabilities order) builds
+    for sm_90 with its two register budgets, within shared memory, spilling nothing."""
+    from triton.runtime.jit import mangle_type
+
+    from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
+
+    module = candidate_module(task, GLUON)
+    shapes = {"qn_desc": (64, 512), "qp_desc": (64, 64), "c_desc": (32, 512), "p_desc": (32, 64)}
+    types = {
+        name: mangle_type(module._descriptor(torch.zeros(1, 1024, cols, dtype=torch.bfloat16), r))
+        for name, (r, cols) in shapes.items()
+    }
+    types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
+    types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
+    compiled = hopper_build(
+        module._split_kernel, types, {"BLOCK_N": 32, "STAGES": 4}, num_warps=4,
+        multiples_of_16=("heads", "kv_len"),
+    )  # fmt: skip
+    used = sm90_resources(compiled)
+    assert used["spill_bytes"] == 0 and 0 < used["shared_bytes"] <= module.SHARED_BYTES
+    assert {24, 240} <= setmaxnreg_budgets(compiled.asm["ptx"])
+    assert module.shared_bytes(32, 4) <= module.SHARED_BYTES < module.shared_bytes(64, 3)
+
+
+@pytest.mark.parametrize("block_m, block_k", [(1, 64), (16, 128)])
+def test_the_merge_streams_its_first_weight_tile_before_the_wait_on_sm90(
+    task, block_m, block_k
+) -> None:
+    """Compiled for sm_90: the first W_UV tile's loads (evict-first 16-byte vectors) come before
+    griddepcontrol.wait, the partials and their log-sum-exp after it, the output last; the
+    kernel after it is not let launch early."""
+    module = candidate_module(task, GLUON)
+    types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "w_ptr": "*bf16", "y_ptr": "*bf16"}
+    types |= dict.fromkeys(("B", "H", "n_splits"), "i32")
+    constexprs = {"R": 512, "DV": 128, "BLOCK_M": block_m, "BLOCK_S": 64, "BLOCK_K": block_k}
+    constexprs |= {"USE_DOT": block_m >= 16, "PDL": True}
+    ptx = hopper_ptx(module._merge_value_kernel, types, constexprs, 4)
+    vectors = 128 * block_k * 2 // 16 // (32 * 4)
+    assert_weights_stream_before_the_wait(ptx, vectors, triggers=False, later_weights=True)
+
+
+# The merge-and-project kernel under the interpreter, in a Python of its own: the reference cut
+# by hand into 37 splits (partials and their log2-sum-exp) for 2 sequences of 3 heads, merged
+# and projected one sequence a program on the CUDA cores (32 columns a step) and 16 a program on
+# tensor cores (the rows past 2 masked); the kernel file given as the first argument.
+MERGE_VALUE = """
+import json, math, sys
+import torch
+from tests.source_files import import_file
+from pathlib import Path
+
+module = import_file(Path(sys.argv[1]))
+gen = torch.Generator().manual_seed(3)
+b, h, n, r, dv, splits = 2, 3, 37 * 4, 64, 16, 37
+qn, qp, ckv, kpe = (torch.randn(s, generator=gen, dtype=torch.float64)
+                    for s in ((b, h, r), (b, h, 8), (b, n, r), (b, n, 8)))
+w = torch.randn(h, dv, r, generator=gen, dtype=torch.float64) / math.sqrt(r)
+scores = (qn @ ckv.transpose(1, 2) + qp @ kpe.transpose(1, 2)) / math.sqrt(192)
+want = torch.einsum("bhc,hdc->bhd", torch.softmax(scores, -1) @ ckv, w)
+parts = scores.view(b, h, splits, n // splits) * math.log2(math.e)
+lse = torch.logsumexp(parts / math.log2(math.e), -1) * math.log2(math.e)
+weights = torch.exp2(parts - lse[..., None])
+po = torch.einsum("bhst,bstr->bhsr", weights, ckv.view(b, splits, n // splits, r))
+errors = []
+for block_m, block_k in ((1, 32), (16, 16)):
+    out = torch.empty(b, h, dv, dtype=torch.float32)
+    module._merge_value_kernel[(-(-b // block_m), h)](
+        po.float().contiguous(), lse.float().contiguous(), w.float().contiguous(), out, b, h,
+        splits, R=r, DV=dv, BLOCK_M=block_m, BLOCK_S=64, BLOCK_K=block_k,
+        USE_DOT=block_m >= 16, PDL=False)
+    errors.append(float((out.double() - want).abs().max()))
+print(json.dumps(errors))
+"""
+
+
+def test_the_merge_weights_the_splits_and_projects_each_head(task) -> None:
+    errors = json.loads(run_interpreted(MERGE_VALUE, str(task.folder / GLUON)))
+    assert len(errors) == 2 and max(errors) < 1e-4, errors
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        (  # every head projected by head 0's weight
+            "w_rows = w_ptr + head.to(tl.int64) * DV * R + dv[:, None] * R",
+            "w_rows = w_ptr + dv[:, None] * R",
+        ),
+        (  # the splits' weights not normalised by their sum
+            "weights = weights / tl.sum(weights, axis=1)[:, None]",
+            "weights = weights",
+        ),
+    ],
+    ids=["head-0-weight", "unnormalised"],
+)
+def test_a_mutant_merge_is_caught(task, tmp_path, bug) -> None:
+    buggy = mutated(task.folder / GLUON, *bug, tmp_path / "bug.py")
+    errors = json.loads(run_interpreted(MERGE_VALUE, str(buggy)))
+    assert min(errors) > 1e-2, errors
+
+
+@pytest.mark.gpu
+def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            (GLUON, {}),
+            (GLUON, {"block_m": 16, "block_k": 64}),
+            (GLUON, {"block_k": 128, "merge_warps": 8}),
+            (GLUON, {"block_n": 64, "num_stages": 2, "block_k": 32}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+    assert math.isfinite(max(s.rel_err for s in ev.verdicts[0].shapes.values()))
