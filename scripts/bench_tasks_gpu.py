@@ -679,7 +679,16 @@ PLANS = [
         "mla_decode_value",
         "gluon_mla_decode_value.py",
         ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
-        _grid({"block_m": [1], "block_k": [32, 64, 128], "merge_warps": [4, 8]}),
+        _grid(
+            {"block_m": [1], "block_k": [32, 64, 128], "merge_warps": [4, 8]},
+            *(
+                {"block_k": k, "merge_warps": w, "merge_stages": 2}
+                for k in (64, 128)
+                for w in (4, 8)
+            ),
+            {"block_k": 32, "merge_stages": 4},
+            {"block_k": 64, "merge_stages": 4, "merge_warps": 8},
+        ),
         tag="mlavalue1",
         peers=FUSED_PEERS,
     ),
@@ -687,7 +696,10 @@ PLANS = [
         "mla_decode_value",
         "gluon_mla_decode_value.py",
         ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
-        _grid({"block_m": [1, 16], "block_k": [64, 128], "merge_warps": [4, 8]}),
+        _grid(
+            {"block_m": [1, 16], "block_k": [64, 128], "merge_warps": [4, 8]},
+            {"block_m": 16, "block_k": 64, "merge_warps": 4, "merge_stages": 2},
+        ),
         tag="mlavalue16",
         peers=FUSED_PEERS,
     ),

@@ -6,8 +6,9 @@ Triton kernel that merges a head's splits by their log-sum-exp and multiplies th
 rounded to the input dtype as the unfused ops hand it on, by that head's W_UV. The merge's
 partials stay in L2 between the two kernels, and the 16 MiB weight streams in the same kernel,
 so the value projection's launch, ramp and tail are gone. A program takes `block_m` sequences
-of one head (tensor cores from 16), `block_k` latent columns a step; its first W_UV tile, which
-nothing earlier writes, is loaded before its griddepcontrol.wait.
+of one head (tensor cores from 16), `block_k` latent columns a step, software-pipelined
+`merge_stages` deep; its first W_UV tile, which nothing earlier writes, is loaded before its
+griddepcontrol.wait.
 
 Both kernels are launched with programmatic dependent launch: each partition of the split kernel
 waits for the kernel before it before touching global memory, and its loader then lets the
@@ -40,6 +41,7 @@ PARAMS = {
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
+    "merge_stages": [1, 2, 3, 4],
 }
 
 LOG2E = 1.4426950408889634
@@ -298,9 +300,21 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
 
 
 @triton.jit
+def _project(acc, parts, ok, weights, w, USE_DOT: tl.constexpr):
+    """acc plus one step of columns: the splits' partials at `parts` merged by `weights`,
+    rounded to w's dtype, times the weight tile w (DV x BLOCK_K)."""
+    p = tl.load(parts, mask=ok[:, :, None], other=0.0)
+    o = tl.sum(weights[:, :, None] * p, axis=1).to(w.dtype)  # the merged latent columns
+    if USE_DOT:
+        return tl.dot(o, tl.trans(w), acc)
+    return acc + tl.sum(o.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+
+
+@triton.jit
 def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, B, H, n_splits, R: tl.constexpr,
                         DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
-                        BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+                        BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr,
+                        STAGES: tl.constexpr = 3):  # fmt: skip
     """BLOCK_M sequences of one head: their splits' partial outputs (rows (sequence, head,
     split) of R fp32) weighted by the splits' log2-sum-exp, BLOCK_K columns a step, rounded to
     y's dtype, times the head's W_UV (DV x R); y is (sequence, head, DV)."""
@@ -323,20 +337,14 @@ def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, B, H, n_splits, R: tl.co
     top = tl.where(m_ok, top, 0.0)  # rows past B: no NaN from -inf - -inf
     weights = tl.exp2(lse - top[:, None])
     weights = weights / tl.sum(weights, axis=1)[:, None]
-    dtype = y_ptr.dtype.element_ty
+    parts = po_ptr + part[:, :, None] * R + kk[None, None, :]
     acc = tl.zeros([BLOCK_M, DV], dtype=tl.float32)
-    for k0 in range(0, R, BLOCK_K):
-        if k0 > 0:
-            w = tl.load(w_rows + k0 + kk[None, :], eviction_policy="evict_first")
-        p = tl.load(po_ptr + part[:, :, None] * R + k0 + kk[None, None, :], mask=ok[:, :, None],
-                    other=0.0)  # fmt: skip
-        o = tl.sum(weights[:, :, None] * p, axis=1).to(dtype)  # the merged latent columns
-        if USE_DOT:
-            acc = tl.dot(o, tl.trans(w), acc)
-        else:
-            acc += tl.sum(o.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    acc = _project(acc, parts, ok, weights, w, USE_DOT)
+    for k0 in tl.range(BLOCK_K, R, BLOCK_K, num_stages=STAGES):
+        w = tl.load(w_rows + k0 + kk[None, :], eviction_policy="evict_first")
+        acc = _project(acc, parts + k0, ok, weights, w, USE_DOT)
     out = y_ptr + rows[:, None] * DV + dv[None, :]
-    tl.store(out, acc.to(dtype), mask=m_ok[:, None])
+    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None])
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
@@ -413,6 +421,7 @@ def kernel(
     block_m: int = 1,
     block_k: int = 64,
     merge_warps: int = 4,
+    merge_stages: int = 3,
 ) -> torch.Tensor:
     why = _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m)
     if why is not None:
@@ -443,6 +452,7 @@ def kernel(
         _merge_value_kernel[(triton.cdiv(b, block_m), h)](
             part_o, part_lse, w_uv, out, b, h, n_splits, R=r, DV=V_DIM, BLOCK_M=block_m,
             BLOCK_S=max(2, triton.next_power_of_2(n_splits)), BLOCK_K=block_k,
-            USE_DOT=block_m >= 16, PDL=True, num_warps=merge_warps, launch_pdl=True,
+            USE_DOT=block_m >= 16, PDL=True, STAGES=merge_stages, num_warps=merge_warps,
+            launch_pdl=True,
         )  # fmt: skip
     return out

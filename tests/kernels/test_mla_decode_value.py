@@ -202,7 +202,8 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
         [
             (GLUON, {}),
             (GLUON, {"block_m": 16, "block_k": 64}),
-            (GLUON, {"block_k": 128, "merge_warps": 8}),
+            (GLUON, {"block_k": 128, "merge_warps": 8, "merge_stages": 2}),
+            (GLUON, {"block_k": 32, "merge_stages": 4}),
             (GLUON, {"block_n": 64, "num_stages": 2, "block_k": 32}),
         ],
     )
