@@ -13,8 +13,8 @@ griddepcontrol.wait.
 Both kernels are launched with programmatic dependent launch: each partition of the split kernel
 waits for the kernel before it before touching global memory, and its loader then lets the
 merge launch, which waits in turn. Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a
-multiple of 64, rank 512, rope 64, v_head_dim 128, a cache length a multiple of the tile and at
-most 128 splits; anything else is a ValueError naming what. Gluon has no interpreter: the CPU
+multiple of 64, rank 512, rope 64, v_head_dim 128 and a cache length a multiple of the tile;
+anything else is a ValueError naming what. Gluon has no interpreter: the CPU
 tests build the split kernel for sm_90 and run the merge under the interpreter; the GPU tests
 check the outputs."""
 
@@ -334,9 +334,9 @@ def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, B, H, n_splits, R: tl.co
     part = rows[:, None] * n_splits + s[None, :]  # (BLOCK_M, BLOCK_S) partial rows
     lse = tl.load(plse_ptr + part, mask=ok, other=float("-inf"))
     top = tl.max(lse, axis=1)
-    top = tl.where(m_ok, top, 0.0)  # rows past B: no NaN from -inf - -inf
+    top = tl.where(m_ok, top, 0.0)
     weights = tl.exp2(lse - top[:, None])
-    weights = weights / tl.sum(weights, axis=1)[:, None]
+    weights = tl.where(m_ok[:, None], weights / tl.sum(weights, axis=1)[:, None], 0.0)
     parts = po_ptr + part[:, :, None] * R + kk[None, None, :]
     acc = tl.zeros([BLOCK_M, DV], dtype=tl.float32)
     acc = _project(acc, parts, ok, weights, w, USE_DOT)
@@ -363,12 +363,13 @@ def shared_bytes(block_n: int, stages: int) -> int:
 
 
 def split_tiles(programs: int, tiles: int, sms: int) -> int:
-    """Tiles per split so that the programs run in one wave of one per SM (at 132 SMs, one
-    sequence of 2 head blocks over 1024 tiles: 16 tiles a split, 128 programs)."""
-    return triton.cdiv(tiles, max(1, min(tiles, sms // programs)))
+    """Tiles per split so that the programs run in one wave of one per SM, in at most
+    MAX_SPLITS splits (at 132 SMs, one sequence of 2 head blocks over 1024 tiles: 16 tiles a
+    split, 128 programs)."""
+    return triton.cdiv(tiles, max(1, min(tiles, sms // programs, MAX_SPLITS)))
 
 
-def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, stages: int, block_m: int):
+def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, stages: int, block_m: int, block_k: int):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (q_nope, q_pe, ckv, kpe, w_uv)
     if not all(t.dim() == 3 for t in tensors):
@@ -401,6 +402,8 @@ def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, stages: int, block_m: i
         return f"block_n {block_n} at {stages} stages needs {shared_bytes(block_n, stages)} bytes"
     if block_m not in (1, 16):
         return f"block_m {block_m}: 1 (CUDA cores) or 16 (tensor cores)"
+    if block_k < (16 if block_m == 16 else 1) or block_k & (block_k - 1) or RANK % block_k:
+        return f"block_k {block_k}: a power of two dividing {RANK}, 16 at least with block_m 16"
     if any(t.data_ptr() % 16 for t in tensors):
         return "needs 16-byte aligned inputs (TMA)"
     if not q_nope.is_cuda or torch.cuda.get_device_capability(q_nope.device)[0] != 9:
@@ -423,7 +426,7 @@ def kernel(
     merge_warps: int = 4,
     merge_stages: int = 3,
 ) -> torch.Tensor:
-    why = _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m)
+    why = _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m, block_k)
     if why is not None:
         raise ValueError(f"gluon MLA decode with W_UV {why}")
     b, h, r = q_nope.shape
@@ -436,8 +439,6 @@ def kernel(
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     tiles = split_tiles(programs, kv_len // block_n, sms)
     n_splits = triton.cdiv(kv_len // block_n, tiles)
-    if n_splits > MAX_SPLITS:
-        raise ValueError(f"gluon MLA decode with W_UV: {n_splits} splits, at most {MAX_SPLITS}")
     descs = [
         _descriptor(t, rows)
         for t, rows in ((q_nope, HEADS), (q_pe, HEADS), (ckv, block_n), (kpe, block_n))

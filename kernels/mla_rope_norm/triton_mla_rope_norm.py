@@ -4,7 +4,7 @@ rope parts. float32 arithmetic, one rounding to the output dtype.
 
 Launched with programmatic dependent launch on Hopper: a program waits (gdc_wait) for the
 projection before it, then lets the kernel after it launch at once, so that kernel (the absorbed
-key projection, which streams a 16 MiB weight before its own wait) starts while this one runs.
+key projection, whose first weight tile loads before its own wait) starts while this one runs.
 Reads q and kv through their strides (STRIDED_INPUTS): a decoder block passes kv as a view of
 the q_a/kv_a projection's rows."""
 
@@ -76,15 +76,21 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
 
 
 def kernel(q, kv, g, cos, sin, head_block: int = 32, num_warps: int = 1):
+    shapes = f"q {tuple(q.shape)}, kv {tuple(kv.shape)}, g {tuple(g.shape)}, cos " + (
+        f"{tuple(cos.shape)}, sin {tuple(sin.shape)}"
+    )
+    if q.dim() != 3 or kv.dim() != 2 or g.dim() != 1 or cos.dim() != 2:
+        raise ValueError(f"{shapes}: need q (t, h, nope + r), kv (t, c + r), g (c,), cos (t, r/2)")
     tokens, heads, width = q.shape
     half = cos.shape[1]
     r = 2 * half
     c = kv.shape[1] - r
     if width < r or c < 1 or sin.shape != cos.shape or g.shape != (c,):
-        raise ValueError(
-            f"q {tuple(q.shape)}, kv {tuple(kv.shape)}, g {tuple(g.shape)}, cos "
-            f"{tuple(cos.shape)}: need q (t, h, nope + r), kv (t, c + r), g (c,), cos (t, r/2)"
-        )
+        raise ValueError(f"{shapes}: need q (t, h, nope + r), kv (t, c + r), g (c,), cos (t, r/2)")
+    if kv.shape[0] != tokens or cos.shape[0] != tokens:
+        raise ValueError(f"{shapes}: kv, cos and sin need a row for each of q's {tokens} tokens")
+    if any(t.device != q.device for t in (kv, g, cos, sin)):
+        raise ValueError(f"inputs on {[str(t.device) for t in (q, kv, g, cos, sin)]}")
     q, kv, cos, sin = (_unit_last(t) for t in (q, kv, cos, sin))
     g = g.contiguous()
     q_pe = torch.empty((tokens, heads, r), device=q.device, dtype=q.dtype)

@@ -90,8 +90,24 @@ def test_the_gluon_candidate_runs_on_the_gpu_only_and_refuses_naming_why(task) -
     args += [torch.zeros(s, dtype=torch.bfloat16) for s in ((1, 64, 512), (1, 64, 64))]
     with pytest.raises(ValueError, match=r"w_uv \(64, 96, 512\)"):
         kernel(*args, torch.zeros(64, 96, 512, dtype=torch.bfloat16))
+    w_uv = torch.zeros(64, 128, 512, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="block_k 8: a power of two dividing 512"):
+        kernel(*args, w_uv, block_m=16, block_k=8)
+    with pytest.raises(ValueError, match="block_k 96"):
+        kernel(*args, w_uv, block_k=96)
     with pytest.raises(ValueError, match="needs an sm_90 GPU"):
-        kernel(*args, torch.zeros(64, 128, 512, dtype=torch.bfloat16))
+        kernel(*args, w_uv)
+
+
+def test_the_splits_stay_within_what_one_merge_step_reads(task) -> None:
+    """One sequence of 64 heads over 129 tiles on 132 SMs: 129 one-tile splits would pass the
+    merge's one step of MAX_SPLITS; the rule makes 65 splits of 2 tiles instead."""
+    module = candidate_module(task, GLUON)
+    assert module.split_tiles(1, 129, 132) == 2
+    assert module.split_tiles(2, 1024, 132) == 16  # b1, 128 heads, 32k: 64 splits of 16
+    for programs, tiles in ((1, 129), (1, 4096), (2, 4096), (32, 128), (128, 128)):
+        per = module.split_tiles(programs, tiles, 132)
+        assert -(-tiles // per) <= module.MAX_SPLITS
 
 
 def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
@@ -183,8 +199,8 @@ def test_the_merge_weights_the_splits_and_projects_each_head(task) -> None:
             "w_rows = w_ptr + dv[:, None] * R",
         ),
         (  # the splits' weights not normalised by their sum
-            "weights = weights / tl.sum(weights, axis=1)[:, None]",
-            "weights = weights",
+            "weights / tl.sum(weights, axis=1)[:, None], 0.0)",
+            "weights, 0.0)",
         ),
     ],
     ids=["head-0-weight", "unnormalised"],

@@ -94,6 +94,19 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
     assert_wrong_rejected(ev)
 
 
+def test_the_triton_candidate_refuses_mismatched_inputs_naming_them(task) -> None:
+    kernel = candidate_module(task, "triton_mla_rope_norm.py").kernel
+    q, kv, g, cos, sin = task.module.make_inputs(task.shapes("cpu")[1].to_dict(), 1, "cpu")
+    with pytest.raises(ValueError, match="a row for each of q's 5 tokens"):
+        kernel(q, kv, g, cos[:2], sin[:2])
+    with pytest.raises(ValueError, match="a row for each of q's 5 tokens"):
+        kernel(q, kv[:2], g, cos, sin)
+    with pytest.raises(ValueError, match=r"g \(23,\)"):
+        kernel(q, kv, g[:-1], cos, sin)
+    with pytest.raises(ValueError, match="need q"):
+        kernel(q[0], kv, g, cos, sin)
+
+
 @pytest.mark.parametrize(
     "bug",
     [

@@ -473,6 +473,34 @@ def test_a_candidate_that_refuses_the_inputs_leaves_them_to_eager(tmp_path: Path
     assert refusals and "use triton_mla_decode.py" in refusals[0], ops.notes
 
 
+def test_compiled_mla_block_keeps_its_fused_candidates_opaque(tmp_path, monkeypatch) -> None:
+    """With the epilogue tables, DeepSeek's block under torch.compile calls its fused ops
+    (mla_rope_norm's three outputs, mla_decode_value's five inputs) as opaque ops in one graph,
+    as many as the eager tuned block calls candidates, and matches the eager block."""
+    entries = _entries(MLA, "decode", epilogues=True)
+    assert {"mla_rope_norm", "mla_decode_value"} <= set(entries)
+    _write_tables(tmp_path, entries)
+    graphs, keep_graph = _graph_keeper()
+    weights = make_weights(MLA, "cpu", seed=0)
+    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
+    calls = []
+    opaque_op = blocks._tuned_kernel
+    with monkeypatch.context() as m:
+        m.setattr(blocks, "_tuned_kernel", lambda *a: calls.append(a) or opaque_op(*a))
+        decoder_block(MLA, weights, tuned_ops(tmp_path, "cpu")).decode(*inputs)
+    tuned = decoder_block(MLA, weights, tuned_ops(tmp_path, "cpu"))
+    got = compiled_block(tuned, backend=keep_graph).decode(*inputs)
+    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+    assert len(graphs) == 1, "the tuned block compiled with graph breaks"
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert sum("tuned_kernel" in t for t in targets) == len(calls) >= len(entries)
+    w_uv = (MLA.heads, MLA.v_head_dim, MLA.kv_lora_rank)
+    assert any(tuple(a[0][-1].shape) == w_uv for a in calls), "mla_decode_value ran traced"
+    assert any(tuple(a[0][2].shape) == (MLA.kv_lora_rank,) for a in calls), "mla_rope_norm traced"
+
+
 def test_dims_without_an_entry_fall_back_to_eager(tmp_path: Path) -> None:
     entries = _entries(LLAMA, "decode")
     for row in entries["swiglu"]:
