@@ -241,6 +241,28 @@ def _graph_keeper() -> tuple[list, object]:
     return graphs, keep_graph
 
 
+def _compiled_against_eager(cfg, entries: dict, folder: Path, monkeypatch):
+    """The tuned block over `entries`' tables, run eagerly (its calls to the opaque op kept)
+    and under torch.compile (its one graph's call targets kept); asserts the compiled block
+    matches the eager one in one graph. Returns (calls, targets)."""
+    _write_tables(folder, entries)
+    graphs, keep_graph = _graph_keeper()
+    weights = make_weights(cfg, "cpu", seed=0)
+    inputs = make_inputs(cfg, "decode", *SIZES["decode"], device="cpu", seed=1)
+    calls = []
+    opaque_op = blocks._tuned_kernel
+    with monkeypatch.context() as m:
+        m.setattr(blocks, "_tuned_kernel", lambda *a: calls.append(a) or opaque_op(*a))
+        decoder_block(cfg, weights, tuned_ops(folder, "cpu")).decode(*inputs)
+    tuned = decoder_block(cfg, weights, tuned_ops(folder, "cpu"))
+    got = compiled_block(tuned, backend=keep_graph).decode(*inputs)
+    want = decoder_block(cfg, weights, eager_ops()).decode(*inputs)
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+    assert len(graphs) == 1, "the tuned block compiled with graph breaks"
+    return calls, [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
 def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
     cfg, tmp_path, monkeypatch
@@ -250,22 +272,7 @@ def test_compiled_tuned_block_keeps_candidates_opaque_and_traces_peers(
     entries = _entries(cfg, "decode")
     for row in entries["swiglu"]:
         row.update(source="peer", name="torch.compile", params={})
-    _write_tables(tmp_path, entries)
-    graphs, keep_graph = _graph_keeper()
-    weights = make_weights(cfg, "cpu", seed=0)
-    inputs = make_inputs(cfg, "decode", *SIZES["decode"], device="cpu", seed=1)
-    calls = []
-    opaque_op = blocks._tuned_kernel
-    with monkeypatch.context() as m:
-        m.setattr(blocks, "_tuned_kernel", lambda *a: calls.append(a) or opaque_op(*a))
-        decoder_block(cfg, weights, tuned_ops(tmp_path, "cpu")).decode(*inputs)
-    tuned = decoder_block(cfg, weights, tuned_ops(tmp_path, "cpu"))
-    got = compiled_block(tuned, backend=keep_graph).decode(*inputs)
-    want = decoder_block(cfg, weights, eager_ops()).decode(*inputs)
-    for g, w in zip(got, want, strict=True):
-        assert _rel(g, w) < 1e-5
-    assert len(graphs) == 1, "the tuned block compiled with graph breaks"
-    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    calls, targets = _compiled_against_eager(cfg, entries, tmp_path, monkeypatch)
     # as many opaque calls as the eager tuned block makes to candidates (every op but swiglu)
     assert sum("tuned_kernel" in t for t in targets) == len(calls) >= len(entries) - 1
     assert "silu" in " ".join(targets), "the peer-won swiglu was not traced"
@@ -479,22 +486,7 @@ def test_compiled_mla_block_keeps_its_fused_candidates_opaque(tmp_path, monkeypa
     as many as the eager tuned block calls candidates, and matches the eager block."""
     entries = _entries(MLA, "decode", epilogues=True)
     assert {"mla_rope_norm", "mla_decode_value"} <= set(entries)
-    _write_tables(tmp_path, entries)
-    graphs, keep_graph = _graph_keeper()
-    weights = make_weights(MLA, "cpu", seed=0)
-    inputs = make_inputs(MLA, "decode", *SIZES["decode"], device="cpu", seed=1)
-    calls = []
-    opaque_op = blocks._tuned_kernel
-    with monkeypatch.context() as m:
-        m.setattr(blocks, "_tuned_kernel", lambda *a: calls.append(a) or opaque_op(*a))
-        decoder_block(MLA, weights, tuned_ops(tmp_path, "cpu")).decode(*inputs)
-    tuned = decoder_block(MLA, weights, tuned_ops(tmp_path, "cpu"))
-    got = compiled_block(tuned, backend=keep_graph).decode(*inputs)
-    want = decoder_block(MLA, weights, eager_ops()).decode(*inputs)
-    for g, w in zip(got, want, strict=True):
-        assert _rel(g, w) < 1e-5
-    assert len(graphs) == 1, "the tuned block compiled with graph breaks"
-    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    calls, targets = _compiled_against_eager(MLA, entries, tmp_path, monkeypatch)
     assert sum("tuned_kernel" in t for t in targets) == len(calls) >= len(entries)
     w_uv = (MLA.heads, MLA.v_head_dim, MLA.kv_lora_rank)
     assert any(tuple(a[0][-1].shape) == w_uv for a in calls), "mla_decode_value ran traced"
