@@ -15,10 +15,10 @@ Llama's block calls four fused ops: the input norms folded into the projections 
 `rmsnorm_linear_swiglu`: the MLP's gate+up projection with SwiGLU after it) and the residual
 adds into the projections before them (`linear_residual`: the output and down projections).
 DeepSeek's calls the same ones, `mla_rope_norm` (its queries' and key's rope and its latent's
-norm after the projections) and `mla_decode_value` (the attention and its value projection). Where no tuned kernel does one in one, it is the composition of the
-unfused ops, and where neither the output projection's add nor the
-MLP's norm is fused, the two run as one `add_rmsnorm`, so the block's math is the same either
-way.
+norm after the projections) and `mla_decode_value` (the attention and its value projection).
+Where no tuned kernel does one in one, it is the composition of the unfused ops, and where
+neither the output projection's add nor the MLP's norm is fused, the two run as one
+`add_rmsnorm`, so the block's math is the same either way.
 
 The ops a block calls live in an `Ops` of plain callables, built three ways: `eager_ops()`
 (plain torch, the tasks' reference math in the block's dtype) and `tuned_ops(dispatch_dir)` (per
@@ -279,6 +279,17 @@ def _head_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.bmm(x.transpose(0, 1), w.transpose(1, 2)).transpose(0, 1)
 
 
+def _mla_rope_norm(ops: Ops, q, kv, g, cos, sin):
+    """rope(q's rope parts), rmsnorm(the latent, g) and rope(the rope key) with `ops`' own."""
+    r = 2 * cos.shape[1]
+    latent = kv.shape[1] - r
+    return (
+        ops.rope(q[..., q.shape[-1] - r :], cos, sin),
+        ops.rmsnorm(kv[:, :latent], g),
+        ops.rope(kv[:, None, latent:], cos, sin)[:, 0],
+    )
+
+
 # Each fused op as the composition of an Ops' own unfused ones (tuned or eager).
 _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
     "rmsnorm_linear": lambda ops: lambda x, g, w: ops.linear(ops.rmsnorm(x, g), w),
@@ -292,13 +303,7 @@ _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
             ops.rmsnorm_linear(x, g, w_v),
         )
     ),
-    "mla_rope_norm": lambda ops: (
-        lambda q, kv, g, cos, sin: (
-            ops.rope(q[..., q.shape[-1] - 2 * cos.shape[1] :], cos, sin),
-            ops.rmsnorm(kv[:, : kv.shape[1] - 2 * cos.shape[1]], g),
-            ops.rope(kv[:, None, kv.shape[1] - 2 * cos.shape[1] :], cos, sin)[:, 0],
-        )
-    ),
+    "mla_rope_norm": lambda ops: functools.partial(_mla_rope_norm, ops),
     "mla_decode_value": lambda ops: (
         lambda q_nope, q_pe, ckv, kpe, w_uv: ops.head_gemv(
             ops.mla_decode(q_nope, q_pe, ckv, kpe), w_uv
@@ -426,8 +431,6 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
         },
     ),
 }
-# Keyed on m: a tuned kernel serves the rows it was tuned for.
-_ROW_BUCKETED = ("linear", *(op for op in FUSED if not op.startswith("mla_")))
 
 
 def _load_module(path: Path):
@@ -505,20 +508,16 @@ def _tuned_kernel_fake(args: list[torch.Tensor], index: int) -> list[torch.Tenso
 _OP_IDS = itertools.count()
 
 
-def _tuned_op(
-    op: str,
-    table: Path,
-    eager: Callable,
-    notes: list[str],
-    skip: Callable[[dict, Choice], bool] | None = None,
-) -> Callable:
+def _tuned_op(op: str, table: Path, eager: Callable, notes: list[str]) -> Callable:
     """`eager` with the dispatch table's choice swapped in, resolved once per distinct dims. The
     choice is made from the arguments' shapes and dtype, a constant while `torch.compile`
     traces (its blocks are specialised per shape): where a peer wins, the eager op or the
     peer's own torch code is traced and compiled; where a candidate wins, the compiled graph
-    calls it as one opaque op."""
+    calls it as one opaque op. A task bucketed on rows (m: the skinny GEMMs, fused or not)
+    serves only the rows it was tuned for."""
     task_name, dims_of = _DIMS[op]
     task = load_task(task_name)
+    skip = _skinny_only if task.bucket_key == "m" else None
     pick = load(table)
     modules: dict[Path, object] = {}
 
@@ -666,9 +665,8 @@ def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu
         if not table.is_file():
             continue
         eager = getattr(ops, op)
-        skip = _skinny_only if op in _ROW_BUCKETED else None
         try:
-            tuned = _tuned_op(op, table, eager, ops.notes, skip)
+            tuned = _tuned_op(op, table, eager, ops.notes)
         except (LookupError, TaskError, ValueError, OSError) as exc:
             ops.notes.append(f"{table}: unusable ({exc}), {op} stays eager")
             continue

@@ -23,6 +23,8 @@ from tests.kernels.task_checks import (
     hopper_build,
     hopper_ptx,
     run_interpreted,
+    setmaxnreg_budgets,
+    sm90_resources,
 )
 
 GLUON = "gluon_mla_decode_value.py"
@@ -114,8 +116,6 @@ def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
     """The split kernel copied from gluon_mla_decode.py (its shared-probabilities order) builds
     for sm_90 with its two register budgets, within shared memory, spilling nothing."""
     from triton.runtime.jit import mangle_type
-
-    from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
 
     module = candidate_module(task, GLUON)
     shapes = {"qn_desc": (64, 512), "qp_desc": (64, 64), "c_desc": (32, 512), "p_desc": (32, 64)}
