@@ -688,6 +688,13 @@ PLANS = [
             ),
             {"block_k": 32, "merge_stages": 4},
             {"block_k": 64, "merge_stages": 4, "merge_warps": 8},
+            *(
+                {"block_k": k, "column_slices": c}
+                for c in (2, 4, 8)
+                for k in (32, 64, 128)
+                if k * c <= 512
+            ),
+            {"block_k": 64, "column_slices": 4, "merge_stages": 2},
         ),
         tag="mlavalue1",
         peers=FUSED_PEERS,
@@ -699,6 +706,8 @@ PLANS = [
         _grid(
             {"block_m": [1, 16], "block_k": [64, 128], "merge_warps": [4, 8]},
             {"block_m": 16, "block_k": 64, "merge_warps": 4, "merge_stages": 2},
+            *_grid({"block_m": [16], "block_k": [32, 64, 128], "column_slices": [2, 4]}),
+            *_grid({"block_m": [1], "block_k": [64], "column_slices": [2, 4]}),
         ),
         tag="mlavalue16",
         peers=FUSED_PEERS,

@@ -8,7 +8,9 @@ partials stay in L2 between the two kernels, and the 16 MiB weight streams in th
 so the value projection's launch, ramp and tail are gone. A program takes `block_m` sequences
 of one head (tensor cores from 16), `block_k` latent columns a step, software-pipelined
 `merge_stages` deep; its first W_UV tile, which nothing earlier writes, is loaded before its
-griddepcontrol.wait.
+griddepcontrol.wait. At a few sequences a head's merge is one program's long serial read; with
+`column_slices` above 1 the head's 512 columns are cut among that many programs, each storing
+its product in fp32, and the last to arrive adds them up.
 
 Both kernels are launched with programmatic dependent launch: each partition of the split kernel
 waits for the kernel before it before touching global memory, and its loader then lets the
@@ -42,6 +44,7 @@ PARAMS = {
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
     "merge_stages": [1, 2, 3, 4],
+    "column_slices": [1, 2, 4, 8],
 }
 
 LOG2E = 1.4426950408889634
@@ -311,20 +314,25 @@ def _project(acc, parts, ok, weights, w, USE_DOT: tl.constexpr):
 
 
 @triton.jit
-def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, B, H, n_splits, R: tl.constexpr,
-                        DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
-                        BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr,
+def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, sum_ptr, count_ptr, B, H, n_splits,
+                        R: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
+                        PDL: tl.constexpr, COLUMN_SLICES: tl.constexpr = 1,
                         STAGES: tl.constexpr = 3):  # fmt: skip
     """BLOCK_M sequences of one head: their splits' partial outputs (rows (sequence, head,
     split) of R fp32) weighted by the splits' log2-sum-exp, BLOCK_K columns a step, rounded to
-    y's dtype, times the head's W_UV (DV x R); y is (sequence, head, DV)."""
+    y's dtype, times the head's W_UV (DV x R); y is (sequence, head, DV). With COLUMN_SLICES
+    above 1, a program takes one slice of the R columns and stores its product in sum_ptr; the
+    last of a tile's slices to count itself in count_ptr adds them up and stores y."""
     head = tl.program_id(1)
+    slice_cols: tl.constexpr = R // COLUMN_SLICES
+    col0 = tl.program_id(2) * slice_cols
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = rm < B
     rows = rm.to(tl.int64) * H + head  # (sequence, head) rows of y and of the partials
     dv = tl.arange(0, DV)
     kk = tl.arange(0, BLOCK_K)
-    w_rows = w_ptr + head.to(tl.int64) * DV * R + dv[:, None] * R
+    w_rows = w_ptr + head.to(tl.int64) * DV * R + dv[:, None] * R + col0
     # The first weight tile, which nothing earlier in the stream writes, before the wait.
     w = tl.load(w_rows + kk[None, :], eviction_policy="evict_first")
     if PDL:
@@ -337,14 +345,29 @@ def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, B, H, n_splits, R: tl.co
     top = tl.where(m_ok, top, 0.0)
     weights = tl.exp2(lse - top[:, None])
     weights = tl.where(m_ok[:, None], weights / tl.sum(weights, axis=1)[:, None], 0.0)
-    parts = po_ptr + part[:, :, None] * R + kk[None, None, :]
+    parts = po_ptr + part[:, :, None] * R + col0 + kk[None, None, :]
     acc = tl.zeros([BLOCK_M, DV], dtype=tl.float32)
     acc = _project(acc, parts, ok, weights, w, USE_DOT)
-    for k0 in tl.range(BLOCK_K, R, BLOCK_K, num_stages=STAGES):
+    for k0 in tl.range(BLOCK_K, slice_cols, BLOCK_K, num_stages=STAGES):
         w = tl.load(w_rows + k0 + kk[None, :], eviction_policy="evict_first")
         acc = _project(acc, parts + k0, ok, weights, w, USE_DOT)
-    out = y_ptr + rows[:, None] * DV + dv[None, :]
-    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None])
+    done = COLUMN_SLICES == 1
+    if COLUMN_SLICES > 1:
+        tile = tl.program_id(0) * H + head
+        cell = tl.arange(0, BLOCK_M)[:, None] * DV + dv[None, :]
+        tile_sums = sum_ptr + tile.to(tl.int64) * (COLUMN_SLICES * BLOCK_M * DV) + cell
+        tl.store(tile_sums + tl.program_id(2) * (BLOCK_M * DV), acc)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        done = arrived == COLUMN_SLICES - 1
+        if done:
+            tl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
+            acc = tl.load(tile_sums)
+            for c in tl.static_range(1, COLUMN_SLICES):
+                acc += tl.load(tile_sums + c * (BLOCK_M * DV))
+    if done:
+        out = y_ptr + rows[:, None] * DV + dv[None, :]
+        tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None])
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
@@ -369,7 +392,26 @@ def split_tiles(programs: int, tiles: int, sms: int) -> int:
     return triton.cdiv(tiles, max(1, min(tiles, sms // programs, MAX_SPLITS)))
 
 
-def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, stages: int, block_m: int, block_k: int):
+# The arrival counts of column slices, per device: zero between calls (the last slice of a
+# tile resets its count). Every buffer is kept, as a CUDA graph may hold any of them.
+_COUNTS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
+    held = _COUNTS.setdefault(device, [])
+    if held and held[-1].numel() >= n:
+        return held[-1]
+    if torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    size = max(n, 2 * held[-1].numel() if held else 0)
+    held.append(torch.zeros(size, dtype=torch.int32, device=device))
+    return held[-1]
+
+
+def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, stages: int, block_m: int, block_k: int,
+             column_slices: int):  # fmt: skip
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (q_nope, q_pe, ckv, kpe, w_uv)
     if not all(t.dim() == 3 for t in tensors):
@@ -404,6 +446,8 @@ def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, stages: int, block_m: i
         return f"block_m {block_m}: 1 (CUDA cores) or 16 (tensor cores)"
     if block_k < (16 if block_m == 16 else 1) or block_k & (block_k - 1) or RANK % block_k:
         return f"block_k {block_k}: a power of two dividing {RANK}, 16 at least with block_m 16"
+    if column_slices < 1 or RANK % (column_slices * block_k):
+        return f"column_slices {column_slices}: {RANK} columns in slices of whole block_k steps"
     if any(t.data_ptr() % 16 for t in tensors):
         return "needs 16-byte aligned inputs (TMA)"
     if not q_nope.is_cuda or torch.cuda.get_device_capability(q_nope.device)[0] != 9:
@@ -425,8 +469,11 @@ def kernel(
     block_k: int = 64,
     merge_warps: int = 4,
     merge_stages: int = 3,
+    column_slices: int = 1,
 ) -> torch.Tensor:
-    why = _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m, block_k)
+    why = _refusal(
+        q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m, block_k, column_slices
+    )
     if why is not None:
         raise ValueError(f"gluon MLA decode with W_UV {why}")
     b, h, r = q_nope.shape
@@ -445,15 +492,20 @@ def kernel(
     ]
     part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
+    tiles_m = triton.cdiv(b, block_m)
+    sums = counts = None
+    if column_slices > 1:
+        sums = torch.empty(tiles_m * h * column_slices * block_m * V_DIM, device=device)
+        counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, num_warps=4, launch_pdl=True,
         )  # fmt: skip
-        _merge_value_kernel[(triton.cdiv(b, block_m), h)](
-            part_o, part_lse, w_uv, out, b, h, n_splits, R=r, DV=V_DIM, BLOCK_M=block_m,
-            BLOCK_S=max(2, triton.next_power_of_2(n_splits)), BLOCK_K=block_k,
-            USE_DOT=block_m >= 16, PDL=True, STAGES=merge_stages, num_warps=merge_warps,
-            launch_pdl=True,
+        _merge_value_kernel[(tiles_m, h, column_slices)](
+            part_o, part_lse, w_uv, out, sums, counts, b, h, n_splits, R=r, DV=V_DIM,
+            BLOCK_M=block_m, BLOCK_S=max(2, triton.next_power_of_2(n_splits)), BLOCK_K=block_k,
+            USE_DOT=block_m >= 16, PDL=True, COLUMN_SLICES=column_slices, STAGES=merge_stages,
+            num_warps=merge_warps, launch_pdl=True,
         )  # fmt: skip
     return out
