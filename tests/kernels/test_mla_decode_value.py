@@ -245,7 +245,7 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, {"column_slices": 4}, {"block_m": 16, "block_k": 32}])
+@pytest.mark.parametrize("params", [{}, {"column_slices": 4}, {"block_m": 16, "block_k": 64}])
 def test_both_kernels_wait_for_the_kernel_that_writes_their_inputs(task, params) -> None:
     """Launched with programmatic dependent launch right after a kernel that writes one input
     2 ms late (each of the five in turn, W_UV too, whose first tile the merge loads before its
