@@ -464,48 +464,6 @@ PLANS = [
             ("down16mlawarps", "m16-n7168-k18432", [2, 4], False),
         ]
     ),
-    # W through a tensor descriptor (TMA) at the blocks' o and down shapes at 16 rows, against
-    # the tables' pointer configuration in the same sweep.
-    *(
-        Plan(
-            "linear_residual",
-            "triton_gemm_residual.py",
-            [shape],
-            [
-                best,
-                {**best, "loads": "descriptor"},
-                *_grid(
-                    {
-                        "loads": ["descriptor"],
-                        "block_n": [32, 64, 128],
-                        "block_k": [64, 128],
-                        "split_k": [2, 4],
-                        "late_dependents": [best.get("late_dependents", False)],
-                    }
-                ),
-            ],
-            tag=tag,
-            peers=FUSED_PEERS,
-        )
-        for tag, shape, best in [
-            (
-                "o16tma",
-                "m16-n4096-k4096",
-                {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
-            ),
-            ("down16tma", "m16-n4096-k14336", {"block_n": 64, "block_k": 128, "split_k": 4}),
-            (
-                "o16mlatma",
-                "m16-n7168-k16384",
-                {"block_n": 32, "block_k": 128, "split_k": 2, "num_warps": 2},
-            ),
-            (
-                "down16mlatma",
-                "m16-n7168-k18432",
-                {"block_n": 32, "block_k": 128, "split_k": 4, "num_warps": 2},
-            ),
-        ]
-    ),
     # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
     # projections on tensor cores.
     Plan(

@@ -8,11 +8,6 @@ acq_rel count, after a barrier that puts every thread's stores first) adds the s
 in a fixed order, adds the residual, writes y and resets the count: one kernel, where a split-K
 GEMM takes a reduce kernel and model code an add (or a copy of r for cuBLAS's beta = 1).
 
-`loads` "descriptor" fetches the W tiles through a host-built tensor descriptor (TMA on sm_90:
-the copy engine moves a whole block_n x block_k tile, zero past W's edges, with no address
-arithmetic in the threads); "pointer" (the default) through per-thread 16-byte loads. A slice
-covers a whole number of block_k steps, so a tile never reaches into the next slice's K.
-
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
 
@@ -30,7 +25,6 @@ import functools
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 LANGUAGE = "triton"
 PARAMS = {
@@ -40,10 +34,8 @@ PARAMS = {
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
     "late_dependents": [False, True],
-    "loads": ["pointer", "descriptor"],
 }
 BLOCK_M = 16
-LOADS = ("pointer", "descriptor")
 
 
 @triton.jit
@@ -56,19 +48,10 @@ def _w_tile(rows, k, rows_ok, k_ok):
 
 
 @triton.jit
-def _w_step(w_desc, w_rows, n0, k0, k, n_ok, k_ok, DESC: tl.constexpr):
-    """The W tile of rows n0.. at the K step k (from column k0): through the descriptor, or
-    through the pointers."""
-    if DESC:
-        return w_desc.load([n0, k0])
-    return _w_tile(w_rows, k, n_ok, k_ok)
-
-
-@triton.jit
 def _gemm_residual(
-    x_ptr, w_ptr, w_desc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, k_per_split,
+    x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, k_per_split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    PDL: tl.constexpr, LATE_DEPENDENTS: tl.constexpr, DESC: tl.constexpr = False,
+    PDL: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -81,8 +64,7 @@ def _gemm_residual(
     w_rows = w_ptr + rn[:, None].to(tl.int64) * K
     k = k_start + rk
     k_ok = k < k_stop
-    n0 = pid_n * BLOCK_N
-    w = _w_step(w_desc, w_rows, n0, k_start, k, n_ok, k_ok, DESC)
+    w = _w_tile(w_rows, k, n_ok, k_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
         if not LATE_DEPENDENTS:
@@ -92,7 +74,7 @@ def _gemm_residual(
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
-        w = _w_step(w_desc, w_rows, n0, k0, k, n_ok, k_ok, DESC)
+        w = _w_tile(w_rows, k, n_ok, k_ok)
         x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     if PDL and LATE_DEPENDENTS:  # the kernel after this one launches only as its products end
@@ -142,18 +124,6 @@ def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
     return held[-1]
 
 
-def _descriptor(w: torch.Tensor, rows: int, cols: int) -> TensorDescriptor:
-    """W (N x K, contiguous) as rows x cols tiles; a ValueError naming what TMA cannot address
-    (a 16-byte aligned base and row)."""
-    if w.data_ptr() % 16 or w.shape[1] * w.element_size() % 16:
-        raise ValueError(
-            f"loads='descriptor' needs a 16-byte aligned W and rows of a multiple of 16 bytes; "
-            f"got base {w.data_ptr():#x}, {w.shape[1] * w.element_size()} bytes a row; "
-            f"use loads='pointer'"
-        )
-    return TensorDescriptor(w, list(w.shape), list(w.stride()), [rows, cols])
-
-
 def kernel(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -164,10 +134,7 @@ def kernel(
     num_warps: int = 4,
     num_stages: int = 3,
     late_dependents: bool = False,
-    loads: str = "pointer",
 ) -> torch.Tensor:
-    if loads not in LOADS:
-        raise ValueError(f"loads={loads!r}: expected one of {LOADS}")
     m, k = x.shape
     n = w.shape[0]
     if w.shape != (n, k) or r.shape != (m, n):
@@ -193,12 +160,9 @@ def kernel(
     else:
         parts = counts = None
     pdl = _pdl(x.device)
-    desc = loads == "descriptor"
-    w_desc = _descriptor(w, block_n, block_k) if desc else None
     _gemm_residual[grid](
-        x, w, w_desc, r, y, parts, counts, m, n, k, k_per_split,
+        x, w, r, y, parts, counts, m, n, k, k_per_split,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl,
-        LATE_DEPENDENTS=late_dependents, DESC=desc, num_warps=num_warps, num_stages=num_stages,
-        launch_pdl=pdl,
+        LATE_DEPENDENTS=late_dependents, num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -144,8 +144,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_gemv_stream.py", {"block_k": 2048, "tail_tiles": 4}),
             ("triton_gemm_residual.py", {}),
             ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
-            ("triton_gemm_residual.py", {"loads": "descriptor"}),
-            ("triton_gemm_residual.py", {"loads": "descriptor", "block_k": 64, "num_stages": 4}),
             ("torch_linear_residual.py", {}),
         ],
     )
@@ -230,19 +228,10 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     assert_waits_for_late_inputs(lambda x, r: stream.kernel(x, w, r, **early), (x, r), want)
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"split_k": 1},
-        {"split_k": 2},
-        {"split_k": 1, "loads": "descriptor"},
-        {"split_k": 2, "loads": "descriptor"},
-    ],
-)
+@pytest.mark.parametrize("params", [{"split_k": 1}, {"split_k": 2}])
 def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(task, tmp_path, params):
     """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of each tile
-    sums the slices), W through pointers and through a tensor descriptor (zeros past W's
-    edges); the mutant forgets the residual where the slices meet."""
+    sums the slices); the mutant forgets the residual where the slices meet."""
     params = {"block_n": 16, "block_k": 64, **params}
     bug = (
         "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n        tl.store",
@@ -265,19 +254,15 @@ for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
     assert counts == [0, 0]
 
 
-def _tensor_core_ptx(task, splits: int, late: bool, desc: bool = False) -> str:
+def _tensor_core_ptx(task, splits: int, late: bool) -> str:
     """The sm_90 PTX of the tensor-core kernel at 64 x 128 tiles in `splits` slices, PDL on,
-    late_dependents `late`, W through a tensor descriptor with `desc`."""
-    from triton.runtime.jit import mangle_type
-
+    late_dependents `late`."""
     module = candidate_module(task, "triton_gemm_residual.py")
     types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
-    w = torch.zeros(4096, 4096, dtype=torch.bfloat16)
-    types["w_desc"] = mangle_type(module._descriptor(w, 64, 128)) if desc else "constexpr"
     types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
     types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
-    constexprs |= {"LATE_DEPENDENTS": late, "DESC": desc} | ({} if desc else {"w_desc": None})
+    constexprs["LATE_DEPENDENTS"] = late
     return hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
 
 
@@ -290,26 +275,6 @@ def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, s
     assert "mma.sync" in ptx
 
 
-def test_descriptor_loads_fetch_the_first_w_tile_by_tma_before_the_wait(task) -> None:
-    """Compiled for sm_90 with W through a tensor descriptor: the first tile's TMA copy comes
-    before griddepcontrol.wait, and no thread loads or stores anything else before it."""
-    ptx = _tensor_core_ptx(task, 4, late=False, desc=True)
-    before, wait, after = ptx.partition("griddepcontrol.wait")
-    assert wait
-    assert "cp.async.bulk.tensor" in before and "cp.async.bulk.tensor" in after
-    assert "ld.global" not in before and "st.global" not in before and "atom." not in before
-    assert "griddepcontrol.launch_dependents" in after
-
-
-def test_descriptor_loads_refuse_a_w_tma_cannot_address(task) -> None:
-    module = candidate_module(task, "triton_gemm_residual.py")
-    x, w, r = torch.zeros(2, 10), torch.zeros(8, 10), torch.zeros(2, 8)
-    with pytest.raises(ValueError, match="40 bytes a row; use loads='pointer'"):
-        module.kernel(x, w, r, loads="descriptor")
-    with pytest.raises(ValueError, match="loads='tma'"):
-        module.kernel(x, w, r, loads="tma")
-
-
 @pytest.mark.parametrize("late", [False, True])
 def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(task, late) -> None:
     """Compiled for sm_90 in 4 slices: the next kernel may launch right after the wait by
@@ -319,10 +284,8 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "late, loads", [(False, "pointer"), (True, "pointer"), (False, "descriptor")]
-)
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late, loads) -> None:
+@pytest.mark.parametrize("late", [False, True])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
     """At 16 rows, launched with programmatic dependent launch right after kernels that write x
     and r late, it still reads the new ones (its first W tile streams early); also with
     late_dependents, which moves only where the kernel after it may launch (its place is
@@ -335,7 +298,7 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, l
     want = task.reference(x.double(), w.double(), r.double())
 
     def run(x, r):
-        return module.kernel(x, w, r, late_dependents=late, loads=loads)
+        return module.kernel(x, w, r, late_dependents=late)
 
     assert_waits_for_late_inputs(run, (x, r), want)
 
