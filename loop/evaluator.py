@@ -205,6 +205,11 @@ def evaluate(
 ) -> Evaluation:
     """Verify (and with `time_it`, time) `candidates` and `peers` on `device`. `seeds` > 1
     verifies every shape on that many fresh secret seeds."""
+    labels = [spec.label for spec in candidates] + list(peers or [])
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        # The worker reports by label: two runs under one name would share one verdict.
+        raise ValueError(f"candidate and peer labels must be unique; repeated: {repeated}")
     limits = limits or Limits()
     started = time.monotonic()
     pre: dict[str, tuple[str | None, list[Reason]]] = {}

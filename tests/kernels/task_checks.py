@@ -65,7 +65,12 @@ def assert_interpreted_and_mutant_caught(
 
 
 def gpu_evaluate(task: Task, shipped: list[tuple[str, dict]]) -> Evaluation:
-    specs = [CandidateSpec(task.folder / name, params, name) for name, params in shipped]
+    """The evaluator on the GPU over the shipped files at their parameters, each verdict
+    labelled by file name and its place in `shipped`."""
+    specs = [
+        CandidateSpec(task.folder / name, params, f"{name}:{i}")
+        for i, (name, params) in enumerate(shipped)
+    ]
     return evaluate(task, specs, "cuda")
 
 

@@ -55,6 +55,18 @@ def test_wrong_candidates_get_their_reason_codes(task) -> None:
         assert code in codes(verdict), (name, verdict.reasons)
 
 
+def test_repeated_labels_are_refused_before_any_run(task) -> None:
+    """The worker reports by label, so two specs (or a spec and a peer) under one label would
+    share one verdict: the second configuration's result would stand for both."""
+    spec = CandidateSpec(task.folder / "torch_rmsnorm.py", {}, "same")
+    other = CandidateSpec(HERE / "wrong_math.py", {}, "same")
+    with pytest.raises(ValueError, match=r"repeated: \['same'\]"):
+        evaluate(task, [spec, other], "cpu", shapes=SHAPES)
+    named_as_peer = CandidateSpec(task.folder / "torch_rmsnorm.py", {}, "eager")
+    with pytest.raises(ValueError, match=r"repeated: \['eager'\]"):
+        evaluate(task, [named_as_peer], "cpu", shapes=SHAPES, peers=["eager"])
+
+
 def test_a_size_one_dimension_may_have_any_stride(task) -> None:
     """A one-row output is laid out the same whatever its row stride (torch.compile's MLA
     decode returned (512, 512, 1) for a (1, 128, 512) output, and was rejected for it)."""
