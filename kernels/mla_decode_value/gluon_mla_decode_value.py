@@ -35,6 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.errors import OutOfResources
 
 LANGUAGE = "triton"
 PARAMS = {
@@ -385,17 +386,6 @@ def shared_bytes(block_n: int, stages: int) -> int:
     return 2 * (RANK + ROPE) * (HEADS + stages * block_n) + 2 * stages * HEADS * 4 + 1024
 
 
-def merge_shared_bytes(block_m: int, block_s: int, block_k: int, stages: int) -> int:
-    """Shared memory of a merge program on tensor cores (block_m 16): the pipeline's buffered
-    steps of partials (block_m x block_s x block_k fp32) and W_UV tiles (V_DIM x block_k),
-    and the merged rows in the input dtype for the product, as Triton 3.6 lays them out; 0 on
-    the CUDA cores."""
-    if block_m == 1 or stages < 2:
-        return 0
-    step = block_m * block_s * block_k * 4 + V_DIM * block_k * 2
-    return (stages - 1) * step + block_m * block_k * 2
-
-
 def split_tiles(programs: int, tiles: int, sms: int) -> int:
     """Tiles per split so that the programs run in one wave of one per SM, in at most
     MAX_SPLITS splits (at 132 SMs, one sequence of 2 head blocks over 1024 tiles: 16 tiles a
@@ -498,14 +488,6 @@ def kernel(
     tiles = split_tiles(programs, kv_len // block_n, sms)
     n_splits = triton.cdiv(kv_len // block_n, tiles)
     block_s = max(2, triton.next_power_of_2(n_splits))
-    if merge_shared_bytes(block_m, block_s, block_k, merge_stages) > SHARED_BYTES:
-        raise ValueError(
-            f"gluon MLA decode with W_UV: the merge at block_m {block_m} over {n_splits} splits "
-            f"in {block_k}-column steps, {merge_stages} stages deep, needs "
-            f"{merge_shared_bytes(block_m, block_s, block_k, merge_stages)} bytes of shared "
-            f"memory (an SM has {SHARED_BYTES}); use block_m 1, a smaller block_k or fewer "
-            f"merge_stages"
-        )
     descs = [
         _descriptor(t, rows)
         for t, rows in ((q_nope, HEADS), (q_pe, HEADS), (ckv, block_n), (kpe, block_n))
@@ -522,10 +504,17 @@ def kernel(
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, num_warps=4, launch_pdl=True,
         )  # fmt: skip
-        _merge_value_kernel[(tiles_m, h, column_slices)](
-            part_o, part_lse, w_uv, out, sums, counts, b, h, n_splits, R=r, DV=V_DIM,
-            BLOCK_M=block_m, BLOCK_S=block_s, BLOCK_K=block_k,
-            USE_DOT=block_m >= 16, PDL=True, COLUMN_SLICES=column_slices, STAGES=merge_stages,
-            num_warps=merge_warps, launch_pdl=True,
-        )  # fmt: skip
+        try:
+            _merge_value_kernel[(tiles_m, h, column_slices)](
+                part_o, part_lse, w_uv, out, sums, counts, b, h, n_splits, R=r, DV=V_DIM,
+                BLOCK_M=block_m, BLOCK_S=block_s, BLOCK_K=block_k,
+                USE_DOT=block_m >= 16, PDL=True, COLUMN_SLICES=column_slices, STAGES=merge_stages,
+                num_warps=merge_warps, launch_pdl=True,
+            )  # fmt: skip
+        except OutOfResources as exc:  # the pipelined tiles of partials outgrow shared memory
+            raise ValueError(
+                f"gluon MLA decode with W_UV: the merge at block_m {block_m} over {n_splits} "
+                f"splits in {block_k}-column steps, {merge_stages} stages deep, does not fit "
+                f"({exc}); use block_m 1, a smaller block_k or fewer merge_stages"
+            ) from exc
     return out
