@@ -85,7 +85,7 @@ def chosen_peers(task, device: str, asked: tuple[str, ...]) -> list[str]:
         unknown = [p for p in asked if p not in available]
         if unknown:
             raise UsageFailure(f"unknown peer(s) {unknown}; {task.name} has {available}")
-        return list(asked)
+        return list(dict.fromkeys(asked))  # a peer named twice is timed once
     return task.default_peers(device)
 
 

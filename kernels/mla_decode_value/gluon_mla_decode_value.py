@@ -10,7 +10,8 @@ of one head (tensor cores from 16), `block_k` latent columns a step, software-pi
 `merge_stages` deep; its first W_UV tile, which nothing earlier writes, is loaded before its
 griddepcontrol.wait. At a few sequences a head's merge is one program's long serial read; with
 `column_slices` above 1 the head's 512 columns are cut among that many programs, each storing
-its product in fp32, and the last to arrive adds them up.
+its product in fp32, and the last to arrive adds them up. Their arrival counts live in one
+buffer per device, so calls on one device must not overlap (one stream, as torch runs them).
 
 Both kernels are launched with programmatic dependent launch: each partition of the split kernel
 waits for the kernel before it before touching global memory, and its loader then lets the
@@ -497,7 +498,9 @@ def kernel(
     tiles_m = triton.cdiv(b, block_m)
     sums = counts = None
     if column_slices > 1:
-        sums = torch.empty(tiles_m * h * column_slices * block_m * V_DIM, device=device)
+        sums = torch.empty(
+            tiles_m * h * column_slices * block_m * V_DIM, device=device, dtype=torch.float32
+        )
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _split_kernel[(programs, n_splits)](
@@ -511,10 +514,13 @@ def kernel(
                 USE_DOT=block_m >= 16, PDL=True, COLUMN_SLICES=column_slices, STAGES=merge_stages,
                 num_warps=merge_warps, launch_pdl=True,
             )  # fmt: skip
-        except OutOfResources as exc:  # the pipelined tiles of partials outgrow shared memory
+        except OutOfResources as exc:  # e.g. the pipelined tiles of partials outgrow an SM
+            smaller = ["a smaller block_k", "fewer merge_stages"]
+            if block_m > 1:
+                smaller.insert(0, "block_m 1")
             raise ValueError(
                 f"gluon MLA decode with W_UV: the merge at block_m {block_m} over {n_splits} "
-                f"splits in {block_k}-column steps, {merge_stages} stages deep, does not fit "
-                f"({exc}); use block_m 1, a smaller block_k or fewer merge_stages"
+                f"splits in {block_k}-column steps, {merge_stages} stages deep, "
+                f"{merge_warps} warps, does not fit ({exc}); try {' or '.join(smaller)}"
             ) from exc
     return out

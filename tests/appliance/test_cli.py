@@ -155,6 +155,7 @@ def test_baseline_to_file_then_compare_with_the_shipped_h200(tmp_path: Path) -> 
 
 
 def test_bench_json_records_the_digest_of_the_file_it_timed() -> None:
+    """Also: a peer named twice is timed once (the evaluator refuses repeated labels)."""
     import hashlib
 
     from loop.tasks import load_task
@@ -163,8 +164,10 @@ def test_bench_json_records_the_digest_of_the_file_it_timed() -> None:
     shape = task.shapes("cpu")[0].name
     result = autotune(
         "bench", "rmsnorm", "torch_rmsnorm.py", "--device", "cpu", "--shape", shape,
-        "--peer", "eager", "--json",
+        "--peer", "eager", "--peer", "eager", "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     digest = hashlib.sha256((task.folder / "torch_rmsnorm.py").read_bytes()).hexdigest()
-    assert json.loads(result.stdout)["candidate_sha256"] == digest
+    data = json.loads(result.stdout)
+    assert data["candidate_sha256"] == digest
+    assert [v["label"] for v in data["peer_verdicts"]] == ["eager"]
