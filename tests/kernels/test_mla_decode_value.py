@@ -97,6 +97,11 @@ def test_the_gluon_candidate_runs_on_the_gpu_only_and_refuses_naming_why(task) -
         kernel(*args, w_uv, block_m=16, block_k=8)
     with pytest.raises(ValueError, match="block_k 96"):
         kernel(*args, w_uv, block_k=96)
+    for slices in (0, 3, 16):  # 16 slices of 32 columns cannot take 64-column steps
+        with pytest.raises(ValueError, match=f"column_slices {slices}: 512 columns"):
+            kernel(*args, w_uv, block_k=64, column_slices=slices)
+    with pytest.raises(ValueError, match="needs an sm_90 GPU"):
+        kernel(*args, w_uv, block_k=32, column_slices=16)
     with pytest.raises(ValueError, match="needs an sm_90 GPU"):
         kernel(*args, w_uv)
 
