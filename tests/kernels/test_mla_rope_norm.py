@@ -138,11 +138,11 @@ def test_the_triton_candidate_under_the_interpreter_and_a_mutant(
     assert_interpreted_and_mutant_caught(task, "triton_mla_rope_norm.py", params, bug, tmp_path)
 
 
-def test_the_triton_kernel_waits_before_reading_and_lets_the_next_launch_after() -> None:
+def test_the_triton_kernel_waits_before_reading_and_lets_the_next_launch_after(task) -> None:
     """Compiled for sm_90 (no GPU needed): nothing is read or written before
     griddepcontrol.wait, and the trigger that lets the next kernel launch comes right after it,
     before any load."""
-    module = candidate_module(load_task("mla_rope_norm"), "triton_mla_rope_norm.py")
+    module = candidate_module(task, "triton_mla_rope_norm.py")
     types = dict.fromkeys(("q_ptr", "kv_ptr", "g_ptr", "qpe_ptr", "ckv_ptr", "kpe_ptr"), "*bf16")
     types |= dict.fromkeys(("cos_ptr", "sin_ptr"), "*fp32") | {"eps": "fp32"}
     types |= dict.fromkeys(
