@@ -464,6 +464,77 @@ PLANS = [
             ("down16mlawarps", "m16-n7168-k18432", [2, 4], False),
         ]
     ),
+    # W as the left operand (swap_ab: 64- or 128-row W tiles against x's 16 rows, wgmma on
+    # sm_90, where x as the left operand takes mma.sync) at the Llama b16 block's four GEMMs,
+    # against the blocks' tables' configuration in the same sweep.
+    *(
+        Plan(
+            task,
+            candidate,
+            [shape],
+            [best, *_grid({"swap_ab": [True], **axes})],
+            tag=tag,
+            peers=FUSED_PEERS,
+        )
+        for task, candidate, tag, shape, best, axes in [
+            (
+                "linear_residual",
+                "triton_gemm_residual.py",
+                "o16swap",
+                "m16-n4096-k4096",
+                {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
+                {
+                    "block_n": [64, 128],
+                    "block_k": [64, 128],
+                    "split_k": [2, 4, 8],
+                    "late_dependents": [True],
+                },
+            ),
+            (
+                "linear_residual",
+                "triton_gemm_residual.py",
+                "down16swap",
+                "m16-n4096-k14336",
+                {"block_n": 64, "block_k": 128, "split_k": 4},
+                {"block_n": [64, 128], "block_k": [64, 128], "split_k": [2, 4, 8]},
+            ),
+            (
+                "rmsnorm_linear_rope",
+                "triton_rmsnorm_gemm_rope.py",
+                "qkv16swap",
+                "m16-qk40-v8-d128-k4096",
+                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
+                {
+                    "block_n": [64],
+                    "block_k": [64, 128],
+                    "split_k": [1, 2, 4, 8],
+                    "num_stages": [3, 4],
+                    "x_ahead": [True],
+                },
+            ),
+            (
+                "rmsnorm_linear_swiglu",
+                "triton_rmsnorm_gemm_swiglu.py",
+                "gateup16swap",
+                "m16-f14336-k4096",
+                {
+                    "block_n": 64,
+                    "block_k": 128,
+                    "split_k": 1,
+                    "x_ahead": True,
+                    "late_dependents": True,
+                },
+                {
+                    "block_n": [64, 128],
+                    "block_k": [64, 128],
+                    "split_k": [1, 2],
+                    "num_stages": [3, 4],
+                    "x_ahead": [True],
+                    "late_dependents": [True],
+                },
+            ),
+        ]
+    ),
     # DeepSeek-V3's MLP (the MLA block's) at 16 rows: gate/up with x_ahead, and the down and o
     # projections on tensor cores.
     Plan(
