@@ -8,12 +8,6 @@ acq_rel count, after a barrier that puts every thread's stores first) adds the s
 in a fixed order, adds the residual, writes y and resets the count: one kernel, where a split-K
 GEMM takes a reduce kernel and model code an add (or a copy of r for cuBLAS's beta = 1).
 
-`swap_ab` puts W's tile on the left of the product (y^T = W x^T, the float32 sums held
-transposed until the epilogue): at 16 rows of x on the left, Triton takes mma.sync on sm_90 and
-brings each W tile from shared memory into registers; with a 64- or 128-row W tile on the left
-(block_n 64 or more, 4 warps a 64 rows) it takes wgmma, which reads both operands from shared
-memory.
-
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
 
@@ -40,7 +34,6 @@ PARAMS = {
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
     "late_dependents": [False, True],
-    "swap_ab": [False, True],
 }
 BLOCK_M = 16
 
@@ -58,7 +51,7 @@ def _w_tile(rows, k, rows_ok, k_ok):
 def _gemm_residual(
     x_ptr, w_ptr, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, k_per_split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    PDL: tl.constexpr, LATE_DEPENDENTS: tl.constexpr, SWAP_AB: tl.constexpr,
+    PDL: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -77,21 +70,13 @@ def _gemm_residual(
         if not LATE_DEPENDENTS:
             tl.extra.cuda.gdc_launch_dependents()
     x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-    if SWAP_AB:
-        acc_t = tl.dot(w, tl.trans(x), input_precision="ieee")
-    else:
-        acc = tl.dot(x, tl.trans(w), input_precision="ieee")
+    acc = tl.dot(x, tl.trans(w), input_precision="ieee")
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
         w = _w_tile(w_rows, k, n_ok, k_ok)
         x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        if SWAP_AB:
-            acc_t = tl.dot(w, tl.trans(x), acc_t, input_precision="ieee")
-        else:
-            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
-    if SWAP_AB:
-        acc = tl.trans(acc_t)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
     if PDL and LATE_DEPENDENTS:  # the kernel after this one launches only as its products end
         tl.extra.cuda.gdc_launch_dependents()
     out_ok = m_ok[:, None] & n_ok[None, :]
@@ -149,7 +134,6 @@ def kernel(
     num_warps: int = 4,
     num_stages: int = 3,
     late_dependents: bool = False,
-    swap_ab: bool = False,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -179,6 +163,6 @@ def kernel(
     _gemm_residual[grid](
         x, w, r, y, parts, counts, m, n, k, k_per_split,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl,
-        LATE_DEPENDENTS=late_dependents, SWAP_AB=swap_ab, num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
+        LATE_DEPENDENTS=late_dependents, num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return y

@@ -16,10 +16,6 @@ feed the products through the norm (x^2 summed, x g rounded), not directly, so T
 pipelining does not prefetch them, and at 16 rows a program otherwise waits on their load every
 step (45 % of the stall samples of the rope kernel's build, profiled on the H200 in session 14).
 
-`swap_ab` puts the W tiles on the left of the products (the float32 sums held transposed until
-the epilogue): with 16 rows of x on the left Triton takes mma.sync on sm_90, with block_n 64
-rows of W it takes wgmma, which reads both operands from shared memory.
-
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
 
@@ -43,7 +39,6 @@ PARAMS = {
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
     "x_ahead": [False, True],
-    "swap_ab": [False, True],
 }
 BLOCK_M = 16
 EPS = 1e-6
@@ -66,17 +61,13 @@ def _xg(x_rows, g_ptr, k, k_ok, m_ok):
 
 
 @triton.jit
-def _step(x, g, w_a, w_b, za, zb, squares, SWAP_AB: tl.constexpr):
+def _step(x, g, w_a, w_b, za, zb, squares):
     """One K step: x^2 summed, x g (in x's dtype) against the two W tiles."""
     xf = x.to(tl.float32)
     squares += tl.sum(xf * xf, axis=1)
     xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)
-    if SWAP_AB:  # W as the 64-row operand, the accumulators transposed (wgmma on sm_90)
-        za = tl.dot(w_a, tl.trans(xg), za, input_precision="ieee")
-        zb = tl.dot(w_b, tl.trans(xg), zb, input_precision="ieee")
-    else:
-        za = tl.dot(xg, tl.trans(w_a), za, input_precision="ieee")
-        zb = tl.dot(xg, tl.trans(w_b), zb, input_precision="ieee")
+    za = tl.dot(xg, tl.trans(w_a), za, input_precision="ieee")
+    zb = tl.dot(xg, tl.trans(w_b), zb, input_precision="ieee")
     return za, zb, squares
 
 
@@ -85,7 +76,7 @@ def _rmsnorm_gemm_rope(
     x_ptr, g_ptr, wqk_ptr, wv_ptr, cos_ptr, sin_ptr, qk_ptr, v_ptr, part_ptr, squares_ptr,
     count_ptr, M, N_QK, N_V, K, k_per_split, pair_programs, eps,
     HALF: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLITS: tl.constexpr, PDL: tl.constexpr, X_AHEAD: tl.constexpr, SWAP_AB: tl.constexpr,
+    SPLITS: tl.constexpr, PDL: tl.constexpr, X_AHEAD: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -114,14 +105,13 @@ def _rmsnorm_gemm_rope(
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    acc_shape: tl.constexpr = (BLOCK_N, BLOCK_M) if SWAP_AB else (BLOCK_M, BLOCK_N)
-    za = tl.zeros(acc_shape, dtype=tl.float32)
-    zb = tl.zeros(acc_shape, dtype=tl.float32)
+    za = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    zb = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
     x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
     if X_AHEAD:  # the next step's x and g, loaded while this step's products run
         x_next, g_next = _xg(x_rows, g_ptr, k + BLOCK_K, k + BLOCK_K < k_stop, m_ok)
-    za, zb, squares = _step(x, g, w_a, w_b, za, zb, squares, SWAP_AB)
+    za, zb, squares = _step(x, g, w_a, w_b, za, zb, squares)
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
@@ -131,9 +121,7 @@ def _rmsnorm_gemm_rope(
             x_next, g_next = _xg(x_rows, g_ptr, k + BLOCK_K, k + BLOCK_K < k_stop, m_ok)
         else:
             x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
-        za, zb, squares = _step(x, g, w_a, w_b, za, zb, squares, SWAP_AB)
-    if SWAP_AB:
-        za, zb = tl.trans(za), tl.trans(zb)
+        za, zb, squares = _step(x, g, w_a, w_b, za, zb, squares)
     done = SPLITS == 1
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
@@ -210,7 +198,6 @@ def kernel(
     num_warps: int = 4,
     num_stages: int = 3,
     x_ahead: bool = False,
-    swap_ab: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     m, k = x.shape
     half = cos.shape[1]
@@ -256,7 +243,7 @@ def kernel(
     _rmsnorm_gemm_rope[grid](
         x, g, w_qk, w_v, cos, sin, qk, v, parts, squares, counts, m, n_qk, n_v, k, k_per_split,
         pair_programs, EPS, HALF=half, BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k,
-        SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead, SWAP_AB=swap_ab, num_warps=num_warps, num_stages=num_stages,
+        SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead, num_warps=num_warps, num_stages=num_stages,
         launch_pdl=pdl,
     )  # fmt: skip
     return qk, v

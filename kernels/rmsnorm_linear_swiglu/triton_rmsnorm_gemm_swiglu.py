@@ -16,10 +16,6 @@ pipelining does not prefetch them, and at 16 rows a program otherwise waits on t
 step (profiled on the H200 in session 14, 45 % of the rope kernel's stall samples were waits on
 global loads, most of them on x's and g's).
 
-`swap_ab` puts the W tiles on the left of the products (the float32 sums held transposed until
-the epilogue): with 16 rows of x on the left Triton takes mma.sync on sm_90, with block_n 64 or
-128 rows of W it takes wgmma, which reads both operands from shared memory.
-
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
 
@@ -46,7 +42,6 @@ PARAMS = {
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4],
     "x_ahead": [False, True],
-    "swap_ab": [False, True],
     "late_dependents": [False, True],
 }
 BLOCK_M = 16
@@ -70,17 +65,13 @@ def _xg(x_rows, g_ptr, k, k_ok, m_ok):
 
 
 @triton.jit
-def _step(x, g, w_gate, w_up, gate, up, squares, SWAP_AB: tl.constexpr):
+def _step(x, g, w_gate, w_up, gate, up, squares):
     """One K step: x^2 summed, x g (in x's dtype) against the gate's and up's W tiles."""
     xf = x.to(tl.float32)
     squares += tl.sum(xf * xf, axis=1)
     xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)
-    if SWAP_AB:  # W as the 64-row operand, the accumulators transposed (wgmma on sm_90)
-        gate = tl.dot(w_gate, tl.trans(xg), gate, input_precision="ieee")
-        up = tl.dot(w_up, tl.trans(xg), up, input_precision="ieee")
-    else:
-        gate = tl.dot(xg, tl.trans(w_gate), gate, input_precision="ieee")
-        up = tl.dot(xg, tl.trans(w_up), up, input_precision="ieee")
+    gate = tl.dot(xg, tl.trans(w_gate), gate, input_precision="ieee")
+    up = tl.dot(xg, tl.trans(w_up), up, input_precision="ieee")
     return gate, up, squares
 
 
@@ -88,7 +79,7 @@ def _step(x, g, w_gate, w_up, gate, up, squares, SWAP_AB: tl.constexpr):
 def _rmsnorm_gemm_swiglu(
     x_ptr, g_ptr, w_ptr, y_ptr, part_ptr, squares_ptr, count_ptr, M, F, K, k_per_split, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    PDL: tl.constexpr, X_AHEAD: tl.constexpr, SWAP_AB: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
+    PDL: tl.constexpr, X_AHEAD: tl.constexpr, LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     pid_n, pid_s, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -108,14 +99,13 @@ def _rmsnorm_gemm_swiglu(
         tl.extra.cuda.gdc_wait()
         if not LATE_DEPENDENTS:
             tl.extra.cuda.gdc_launch_dependents()
-    acc_shape: tl.constexpr = (BLOCK_N, BLOCK_M) if SWAP_AB else (BLOCK_M, BLOCK_N)
-    gate = tl.zeros(acc_shape, dtype=tl.float32)
-    up = tl.zeros(acc_shape, dtype=tl.float32)
+    gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
     x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
     if X_AHEAD:  # the next step's x and g, loaded while this step's products run
         x_next, g_next = _xg(x_rows, g_ptr, k + BLOCK_K, k + BLOCK_K < k_stop, m_ok)
-    gate, up, squares = _step(x, g, w_gate, w_up, gate, up, squares, SWAP_AB)
+    gate, up, squares = _step(x, g, w_gate, w_up, gate, up, squares)
     for k0 in range(k_start + BLOCK_K, k_stop, BLOCK_K):
         k = k0 + rk
         k_ok = k < k_stop
@@ -125,13 +115,11 @@ def _rmsnorm_gemm_swiglu(
             x_next, g_next = _xg(x_rows, g_ptr, k + BLOCK_K, k + BLOCK_K < k_stop, m_ok)
         else:
             x, g = _xg(x_rows, g_ptr, k, k_ok, m_ok)
-        gate, up, squares = _step(x, g, w_gate, w_up, gate, up, squares, SWAP_AB)
+        gate, up, squares = _step(x, g, w_gate, w_up, gate, up, squares)
     if PDL and LATE_DEPENDENTS:  # the kernel after this one launches only as its products end
         tl.extra.cuda.gdc_launch_dependents()
     out_ok = m_ok[:, None] & n_ok[None, :]
     out = rm[:, None].to(tl.int64) * F + rn[None, :]
-    if SWAP_AB:
-        gate, up = tl.trans(gate), tl.trans(up)
     done = SPLITS == 1
     if SPLITS > 1:
         tile = pid_m * tl.num_programs(0) + pid_n
@@ -195,7 +183,6 @@ def kernel(
     num_warps: int = 4,
     num_stages: int = 3,
     x_ahead: bool = False,
-    swap_ab: bool = False,
     late_dependents: bool = False,
 ) -> torch.Tensor:
     m, k = x.shape
@@ -226,7 +213,7 @@ def kernel(
     pdl = _pdl(x.device)
     _rmsnorm_gemm_swiglu[grid](
         x, g, w, y, parts, squares, counts, m, f, k, k_per_split, EPS,
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead, SWAP_AB=swap_ab,
+        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLITS=splits, PDL=pdl, X_AHEAD=x_ahead,
         LATE_DEPENDENTS=late_dependents,
         num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip

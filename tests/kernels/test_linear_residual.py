@@ -144,8 +144,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_gemv_stream.py", {"block_k": 2048, "tail_tiles": 4}),
             ("triton_gemm_residual.py", {}),
             ("triton_gemm_residual.py", {"split_k": 1, "block_n": 32}),
-            ("triton_gemm_residual.py", {"swap_ab": True}),
-            ("triton_gemm_residual.py", {"swap_ab": True, "split_k": 1, "block_n": 128}),
             ("torch_linear_residual.py", {}),
         ],
     )
@@ -230,19 +228,10 @@ def test_the_triton_gemv_waits_for_the_kernel_that_writes_x_and_r(task) -> None:
     assert_waits_for_late_inputs(lambda x, r: stream.kernel(x, w, r, **early), (x, r), want)
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"split_k": 1},
-        {"split_k": 2},
-        {"split_k": 1, "swap_ab": True},
-        {"split_k": 2, "swap_ab": True},
-    ],
-)
+@pytest.mark.parametrize("params", [{"split_k": 1}, {"split_k": 2}])
 def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(task, tmp_path, params):
     """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of each tile
-    sums the slices), with and without swap_ab (W the left operand, the sums transposed); the mutant
-    forgets the residual where the slices meet."""
+    sums the slices); the mutant forgets the residual where the slices meet."""
     params = {"block_n": 16, "block_k": 64, **params}
     bug = (
         "acc += tl.load(r_ptr + out, mask=out_ok, other=0.0).to(tl.float32)\n        tl.store",
@@ -265,30 +254,25 @@ for rows, n, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
     assert counts == [0, 0]
 
 
-def _tensor_core_ptx(task, splits: int, late: bool, swap_ab: bool = False) -> str:
+def _tensor_core_ptx(task, splits: int, late: bool) -> str:
     """The sm_90 PTX of the tensor-core kernel at 64 x 128 tiles in `splits` slices, PDL on,
-    late_dependents `late`, W the left operand with `swap_ab`."""
+    late_dependents `late`."""
     module = candidate_module(task, "triton_gemm_residual.py")
     types = dict.fromkeys(("x_ptr", "w_ptr", "r_ptr", "y_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "count_ptr": "*i32"}
     types |= dict.fromkeys(("M", "N", "K", "k_per_split"), "i32")
     constexprs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLITS": splits, "PDL": True}
-    constexprs |= {"LATE_DEPENDENTS": late, "SWAP_AB": swap_ab}
+    constexprs["LATE_DEPENDENTS"] = late
     return hopper_ptx(module._gemm_residual, types, constexprs, 4, 3, ("N", "K", "k_per_split"))
 
 
 @pytest.mark.parametrize("splits", [1, 4])
-@pytest.mark.parametrize("swap_ab", [False, True])
-def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(
-    task, splits, swap_ab
-) -> None:
+def test_the_tensor_core_kernel_streams_its_first_w_tile_before_the_wait(task, splits) -> None:
     """Compiled for sm_90 (no GPU needed) at 4096 x 4096: the first W tile's loads come before
-    griddepcontrol.wait, everything else (x, r, the partials, the count) after it. The 16 rows
-    of x take mma.sync; with swap_ab, W's 64 rows are the left operand of wgmma."""
-    ptx = _tensor_core_ptx(task, splits, late=False, swap_ab=swap_ab)
+    griddepcontrol.wait, everything else (x, r, the partials, the count) after it."""
+    ptx = _tensor_core_ptx(task, splits, late=False)
     assert_weights_stream_before_the_wait(ptx, 64 * 128 * 2 // 16 // 128)
-    assert ("wgmma.mma_async" in ptx) == swap_ab
-    assert ("mma.sync" in ptx) != swap_ab
+    assert "mma.sync" in ptx
 
 
 @pytest.mark.parametrize("late", [False, True])
@@ -300,14 +284,12 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("late,swap_ab", [(False, False), (True, False), (False, True)])
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(
-    task, late, swap_ab
-) -> None:
+@pytest.mark.parametrize("late", [False, True])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
     """At 16 rows, launched with programmatic dependent launch right after kernels that write x
     and r late, it still reads the new ones (its first W tile streams early); also with
     late_dependents, which moves only where the kernel after it may launch (its place is
-    checked in the sm_90 PTX), and with swap_ab (wgmma)."""
+    checked in the sm_90 PTX)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_gemm_residual.py")
@@ -316,7 +298,7 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(
     want = task.reference(x.double(), w.double(), r.double())
 
     def run(x, r):
-        return module.kernel(x, w, r, late_dependents=late, swap_ab=swap_ab)
+        return module.kernel(x, w, r, late_dependents=late)
 
     assert_waits_for_late_inputs(run, (x, r), want)
 

@@ -148,11 +148,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_rope.py", {}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 1, "block_n": 64}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
-            ("triton_rmsnorm_gemm_rope.py", {"block_n": 64, "swap_ab": True}),
-            (
-                "triton_rmsnorm_gemm_rope.py",
-                {"split_k": 1, "block_n": 64, "x_ahead": True, "swap_ab": True},
-            ),
             ("torch_rmsnorm_linear_rope.py", {}),
         ],
     )
@@ -212,11 +207,7 @@ def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) 
     assert_waits_for_late_inputs(run, (x, cos, sin), want)
 
 
-@pytest.mark.parametrize(
-    "split_k,x_ahead,swap_ab",
-    [(1, False, False), (2, False, False), (1, True, False), (2, True, False), (1, False, True),
-     (2, True, True)],
-)  # fmt: skip
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (1, True), (2, True)])
 @pytest.mark.parametrize(
     "bug",
     [
@@ -231,13 +222,11 @@ def test_the_triton_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) 
     ],
 )
 def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
-    task, tmp_path, bug, split_k, x_ahead, swap_ab
+    task, tmp_path, bug, split_k, x_ahead
 ) -> None:
     """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a tile adds
-    the slices' partials and sums of squares); with swap_ab W is the
-    left operand and the accumulators are transposed; heads of 8 and 16."""
+    the slices' partials and sums of squares); heads of 8 and 16."""
     params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
-    params["swap_ab"] = swap_ab
     candidate = "triton_rmsnorm_gemm_rope.py"
     assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
 
@@ -270,34 +259,26 @@ for rows, heads, n_v, k in [(3, 2, 16, 72), (17, 6, 40, 200), (3, 2, 16, 72)]:
 
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize("x_ahead", [False, True])
-@pytest.mark.parametrize("swap_ab", [False, True])
 def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
-    task, splits, x_ahead, swap_ab
+    task, splits, x_ahead
 ) -> None:
     """Compiled for sm_90 (no GPU needed) at Llama-3-8B's qkv: the first two W tiles' loads come
-    before griddepcontrol.wait; everything else after it. The 16 rows of x take mma.sync; with
-    swap_ab (64-pair tiles), W's rows are the left operand of wgmma."""
+    before griddepcontrol.wait; everything else after it."""
     module = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
     types = dict.fromkeys(("x_ptr", "g_ptr", "wqk_ptr", "wv_ptr", "qk_ptr", "v_ptr"), "*bf16")
     types |= dict.fromkeys(("cos_ptr", "sin_ptr", "part_ptr", "squares_ptr"), "*fp32")
     types |= {"count_ptr": "*i32", "eps": "fp32"}
     types |= dict.fromkeys(("M", "N_QK", "N_V", "K", "k_per_split", "pair_programs"), "i32")
-    block_n = 64 if swap_ab else 32
-    constexprs = {"HALF": 64, "BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": 128, "SPLITS": splits}
+    constexprs = {"HALF": 64, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLITS": splits}
     aligned = ("N_QK", "N_V", "K", "k_per_split")
-    constexprs |= {"PDL": True, "X_AHEAD": x_ahead, "SWAP_AB": swap_ab}
+    constexprs |= {"PDL": True, "X_AHEAD": x_ahead}
     ptx = hopper_ptx(module._rmsnorm_gemm_rope, types, constexprs, 4, 3, aligned)
-    assert_weights_stream_before_the_wait(ptx, 2 * block_n * 128 * 2 // 16 // 128)
-    assert ("wgmma.mma_async" in ptx) == swap_ab
-    assert ("mma.sync" in ptx) != swap_ab
+    assert_weights_stream_before_the_wait(ptx, 2 * 32 * 128 * 2 // 16 // 128)
+    assert "mma.sync" in ptx
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, {"block_n": 64, "x_ahead": True, "swap_ab": True}])
-def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(
-    task, params
-) -> None:
-    """Its own wait, also with swap_ab (wgmma) and x loaded a step ahead."""
+def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) -> None:
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
@@ -307,8 +288,7 @@ def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(
     want = torch.cat([t.flatten() for t in ref])
 
     def run(x, cos, sin):
-        got = module.kernel(x, g, w_qk, w_v, cos, sin, **params)
-        return torch.cat([t.flatten() for t in got])
+        return torch.cat([t.flatten() for t in module.kernel(x, g, w_qk, w_v, cos, sin)])
 
     assert_waits_for_late_inputs(run, (x, cos, sin), want)
 

@@ -138,8 +138,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 32}),
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
             ("triton_rmsnorm_gemm_swiglu.py", {"x_ahead": True, "late_dependents": True}),
-            ("triton_rmsnorm_gemm_swiglu.py", {"swap_ab": True}),
-            ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "x_ahead": True, "swap_ab": True}),
             ("torch_rmsnorm_linear_swiglu.py", {}),
         ],
     )
@@ -188,11 +186,7 @@ def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
     assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w), (x,), want)
 
 
-@pytest.mark.parametrize(
-    "split_k,x_ahead,swap_ab",
-    [(1, False, False), (2, False, False), (1, True, False), (2, True, False), (1, False, True),
-     (2, True, True)],
-)  # fmt: skip
+@pytest.mark.parametrize("split_k,x_ahead", [(1, False), (2, False), (1, True), (2, True)])
 @pytest.mark.parametrize(
     "bug",
     [
@@ -201,13 +195,11 @@ def test_the_triton_kernel_waits_for_the_kernel_that_writes_x(task) -> None:
     ],
 )
 def test_the_tensor_core_candidate_under_the_interpreter_and_a_mutant(
-    task, tmp_path, bug, split_k, x_ahead, swap_ab
+    task, tmp_path, bug, split_k, x_ahead
 ) -> None:
     """One K slice, and two (K of 72 and 96 in 64-wide steps: the last program of a tile adds
-    the slices' partials and sums of squares); with swap_ab W is the
-    left operand and the accumulators are transposed."""
+    the slices' partials and sums of squares)."""
     params = {"block_n": 16, "block_k": 64, "split_k": split_k, "x_ahead": x_ahead}
-    params["swap_ab"] = swap_ab
     candidate = "triton_rmsnorm_gemm_swiglu.py"
     assert_interpreted_and_mutant_caught(task, candidate, params, bug, tmp_path)
 
@@ -240,12 +232,11 @@ for rows, f, k in [(3, 40, 72), (17, 96, 200), (3, 40, 72)]:
 
 def _tensor_core_ptx(task, **constexprs) -> str:
     """The sm_90 PTX of the tensor-core kernel at Llama-3-8B's MLP tiles (64 x 128, PDL on),
-    with `constexprs` (SPLITS, X_AHEAD, LATE_DEPENDENTS; SWAP_AB off unless given)."""
+    with `constexprs` (SPLITS, X_AHEAD, LATE_DEPENDENTS)."""
     module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
     types = dict.fromkeys(("x_ptr", "g_ptr", "w_ptr", "y_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
     types |= dict.fromkeys(("M", "F", "K", "k_per_split"), "i32")
-    constexprs = {"SWAP_AB": False} | constexprs
     constexprs |= {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "PDL": True}
     aligned = ("F", "K", "k_per_split")
     return hopper_ptx(module._rmsnorm_gemm_swiglu, types, constexprs, 4, 3, aligned)
@@ -253,19 +244,14 @@ def _tensor_core_ptx(task, **constexprs) -> str:
 
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("x_ahead", [False, True])
-@pytest.mark.parametrize("swap_ab", [False, True])
 def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
-    task, splits, x_ahead, swap_ab
+    task, splits, x_ahead
 ) -> None:
     """Compiled for sm_90 (no GPU needed) at Llama-3-8B's MLP: the first gate and up W tiles'
-    loads come before griddepcontrol.wait; everything else after it. The 16 rows of x take
-    mma.sync; with swap_ab, W's 64 rows are the left operand of wgmma."""
-    ptx = _tensor_core_ptx(
-        task, SPLITS=splits, X_AHEAD=x_ahead, LATE_DEPENDENTS=False, SWAP_AB=swap_ab
-    )
+    loads come before griddepcontrol.wait; everything else after it."""
+    ptx = _tensor_core_ptx(task, SPLITS=splits, X_AHEAD=x_ahead, LATE_DEPENDENTS=False)
     assert_weights_stream_before_the_wait(ptx, 2 * 64 * 128 * 2 // 16 // 128)
-    assert ("wgmma.mma_async" in ptx) == swap_ab
-    assert ("mma.sync" in ptx) != swap_ab
+    assert "mma.sync" in ptx
 
 
 @pytest.mark.parametrize("late", [False, True])
@@ -278,15 +264,10 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "x_ahead,late,swap_ab", [(False, False, False), (True, True, False), (True, False, True)]
-)
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(
-    task, x_ahead, late, swap_ab
-) -> None:
+@pytest.mark.parametrize("x_ahead,late", [(False, False), (True, True)])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(task, x_ahead, late) -> None:
     """Its own wait, with and without x_ahead (x loaded a step ahead, after the wait); with
-    late_dependents too, which moves only where the kernel after it may launch; and with
-    swap_ab (wgmma)."""
+    late_dependents too, which moves only where the kernel after it may launch."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, "triton_rmsnorm_gemm_swiglu.py")
@@ -295,9 +276,7 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x(
     want = task.reference(x.double(), g.double(), w.double())
 
     def run(x):
-        return module.kernel(
-            x, g, w, split_k=2, x_ahead=x_ahead, late_dependents=late, swap_ab=swap_ab
-        )
+        return module.kernel(x, g, w, split_k=2, x_ahead=x_ahead, late_dependents=late)
 
     assert_waits_for_late_inputs(run, (x,), want)
 
