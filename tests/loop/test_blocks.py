@@ -662,3 +662,63 @@ def test_compiling_a_tuned_block_consults_no_table_at_dims_it_never_runs(tmp_pat
     assert ops.notes == notes
     for got, want in zip(compiled, direct, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_l2_prefetch_is_read_from_the_dispatch_folder(tmp_path: Path) -> None:
+    (tmp_path / "l2-prefetch.json").write_text(
+        json.dumps({"weights": {"wo": 0.5}, "join": "stack"})
+    )
+    ops = tuned_ops(tmp_path)
+    assert ops.l2_prefetch == {"wo": 0.5} and ops.l2_join == "stack"
+    assert any("wo: asked into L2 from 50%" in n for n in ops.notes), ops.notes
+    assert blocks.read_l2_prefetch(tmp_path / "none.json") == ({}, "layer")
+
+
+@pytest.mark.parametrize(
+    "doc,field",
+    [
+        ("{", "not readable JSON"),
+        ('{"weights": {"wo": 0.5}, "joins": "stack"}', '"weights" and optionally "join"'),
+        ('{"weights": [0.5]}', '"weights" must be an object'),
+        ('{"weights": {"wq": 0.5}}', "'wq' is no prefetched weight"),
+        ('{"weights": {"wo": 1.0}}', "'wo' must be a fraction"),
+        ('{"weights": {"wo": true}}', "'wo' must be a fraction"),
+        ('{"weights": {"wo": 0.5}, "join": "graph"}', '"join" must be one of layer, stack'),
+    ],
+)
+def test_a_malformed_l2_prefetch_file_is_refused_naming_the_field(tmp_path, doc, field) -> None:
+    path = tmp_path / "l2-prefetch.json"
+    path.write_text(doc)
+    with pytest.raises(ValueError, match=r"l2-prefetch\.json") as err:
+        tuned_ops(tmp_path)
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize("join", ["layer", "stack"])
+def test_the_l2_prefetch_of_wo_is_joined_where_asked_and_changes_no_value(
+    join, monkeypatch
+) -> None:
+    """Llama's decode asks for each layer's wo after its projections: joined at the end of
+    each layer, or all at the end of the stack; the outputs are those without a prefetch."""
+    events: list[str] = []
+
+    def start(t, first):
+        events.append(f"start {first} {tuple(t.shape)}")
+        return lambda: events.append("join")
+
+    monkeypatch.setattr(blocks.l2_prefetch, "start", start)
+    weights = [make_weights(LLAMA, "cpu", seed=s) for s in (1, 2)]
+    plain = stacked_block([decoder_block(LLAMA, w, eager_ops()) for w in weights])
+    ops = eager_ops()
+    ops.l2_prefetch, ops.l2_join = {"wo": 0.25}, join
+    stack = stacked_block([decoder_block(LLAMA, w, ops) for w in weights])
+    inputs = make_inputs(LLAMA, "decode", 2, 5, seed=3, layers=2)
+    for got, want in zip(stack.decode(*inputs), plain.decode(*inputs), strict=True):
+        assert torch.equal(got, want)
+    wo = f"start 0.25 {(LLAMA.hidden, LLAMA.heads * LLAMA.head_dim)}"
+    if join == "layer":
+        assert events == [wo, "join", wo, "join"]
+    else:
+        assert events == [wo, wo, "join", "join"]
+    stack.prefill(*make_inputs(LLAMA, "prefill", 1, 4, seed=3, layers=2))
+    assert len(events) == 4  # prefill asks for nothing
