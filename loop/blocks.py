@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
-import json
 import math
 import subprocess
 from collections.abc import Callable
@@ -46,7 +45,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from loop import l2_prefetch
 from loop.dispatch import Choice, load
 from loop.guards import declares_strided_inputs
 from loop.tasks import TaskError, load_task
@@ -225,11 +223,6 @@ class Ops:
     # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
     # torch.compile); the eager ops run none.
     is_kernel: Callable[..., bool] = lambda op, *args: False
-    # Weights asked into L2 beside the attention (loop/l2_prefetch.py): weight name -> the
-    # fraction of its bytes the prefetch starts from (only "wo", in Llama's decode step), and
-    # where its side stream is joined: at the end of the layer, or of a stacked_block's layers.
-    l2_prefetch: dict[str, float] = field(default_factory=dict)
-    l2_join: str = "layer"
     label: str = "eager"
     notes: list[str] = field(default_factory=list)
 
@@ -684,56 +677,7 @@ def tuned_ops(dispatch_dir: str | Path | None, device: str | torch.device = "cpu
         found += 1
     if not found:
         ops.notes.append(f"no dispatch-<task>.json in {folder}: tuned ops are the eager ops")
-    ops.l2_prefetch, ops.l2_join = read_l2_prefetch(folder / L2_PREFETCH_FILE)
-    for name, first in ops.l2_prefetch.items():
-        ops.notes.append(
-            f"{name}: asked into L2 from {first:.0%} of its bytes beside the attention, "
-            f"joined at the end of the {ops.l2_join}"
-        )
     return ops
-
-
-L2_PREFETCH_FILE = "l2-prefetch.json"
-L2_PREFETCHED = ("wo",)
-L2_JOINS = ("layer", "stack")
-
-
-def read_l2_prefetch(path: Path) -> tuple[dict[str, float], str]:
-    """A dispatch folder's l2-prefetch.json, {"weights": {name: fraction the prefetch starts
-    from}, "join": "layer" or "stack"}, as (weights, join); ({}, "layer") where there is none.
-    Raises ValueError naming the file and the field at fault."""
-    if not path.is_file():
-        return {}, "layer"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not readable JSON ({exc})") from exc
-    if not isinstance(doc, dict) or set(doc) - {"weights", "join"}:
-        raise ValueError(f'{path}: expected an object with "weights" and optionally "join"')
-    weights, join = doc.get("weights"), doc.get("join", "layer")
-    if not isinstance(weights, dict):
-        raise ValueError(f'{path}: "weights" must be an object of weight name -> fraction')
-    if join not in L2_JOINS:
-        raise ValueError(f'{path}: "join" must be one of {", ".join(L2_JOINS)}, got {join!r}')
-    out = {}
-    for name, first in weights.items():
-        if name not in L2_PREFETCHED:
-            raise ValueError(
-                f"{path}: {name!r} is no prefetched weight ({', '.join(L2_PREFETCHED)})"
-            )
-        if isinstance(first, bool) or not isinstance(first, (int, float)) or not 0 <= first < 1:
-            raise ValueError(f"{path}: {name!r} must be a fraction in [0, 1), got {first!r}")
-        out[name] = float(first)
-    return out, join
-
-
-def _l2_prefetch(ops: Ops, name: str, t: torch.Tensor) -> Callable[[], None]:
-    """Start the prefetch of weight `name` where `ops` asks for one (not under torch.compile,
-    which does not trace the side stream); returns its join."""
-    first = ops.l2_prefetch.get(name)
-    if first is None or torch.compiler.is_compiling():
-        return lambda: None
-    return l2_prefetch.start(t, first)
 
 
 # ---------------------------------------------------------------------------------- blocks
@@ -747,9 +691,6 @@ class Block:
     decode: Callable[..., tuple[torch.Tensor, ...]]
     prefill: Callable[..., tuple[torch.Tensor, ...]]
     label: str = "eager"
-    # Joins the side streams its decode steps left open (an L2 prefetch joined at the end of a
-    # stack of layers); stacked_block calls it after the last layer.
-    finish: Callable[[], None] = lambda: None
 
 
 def _mlp(ops: Ops, w: dict[str, torch.Tensor], attn: torch.Tensor, x: torch.Tensor):
@@ -771,7 +712,6 @@ def _mlp(ops: Ops, w: dict[str, torch.Tensor], attn: torch.Tensor, x: torch.Tens
 
 def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
     nq, nkv, d = cfg.heads, cfg.kv_heads, cfg.head_dim
-    open_joins: list[Callable[[], None]] = []
 
     def attention_in(x, cos, sin):
         norm, wqkv, n_qk = w["attn_norm"], w["wqkv"], (nq + nkv) * d
@@ -790,16 +730,8 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         """x (B, hidden); caches (B, kv_heads, L, d) holding the new token's slot; cos and sin
         (B, d/2) at the new token's position. Returns (out, k_new, v_new)."""
         q, k, v = attention_in(x, cos, sin)
-        open_joins.append(_l2_prefetch(ops, "wo", w["wo"]))
         attn = ops.attention_decode(q, k_cache, v_cache)
-        out = _mlp(ops, w, attn.reshape(x.shape[0], nq * d), x)
-        if ops.l2_join == "layer":
-            finish()
-        return out, k, v
-
-    def finish():
-        while open_joins:
-            open_joins.pop()()
+        return _mlp(ops, w, attn.reshape(x.shape[0], nq * d), x), k, v
 
     def prefill(x, cos, sin):
         """x (B, T, hidden); cos and sin (T, d/2). Causal over the T tokens. Returns (out,)."""
@@ -811,7 +743,7 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         attn = ops.attention_prefill(*heads).transpose(1, 2).reshape(b * t, nq * d)
         return (_mlp(ops, w, attn, flat).reshape(b, t, hidden),)
 
-    return Block(cfg, decode, prefill, ops.label, finish)
+    return Block(cfg, decode, prefill, ops.label)
 
 
 def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
@@ -891,8 +823,6 @@ def stacked_block(blocks: list[Block]) -> Block:
         for i, block in enumerate(blocks):
             x, a, b = block.decode(x, caches_a[i], caches_b[i], cos, sin)
             new += [a, b]
-        for block in blocks:
-            block.finish()
         return (x, *new)
 
     def prefill(x, cos, sin):
@@ -900,11 +830,7 @@ def stacked_block(blocks: list[Block]) -> Block:
             (x,) = block.prefill(x, cos, sin)
         return (x,)
 
-    def finish():
-        for block in blocks:
-            block.finish()
-
-    return Block(blocks[0].cfg, decode, prefill, blocks[0].label, finish)
+    return Block(blocks[0].cfg, decode, prefill, blocks[0].label)
 
 
 # ---------------------------------------------------------------------------------- inputs
