@@ -599,25 +599,6 @@ PLANS = [
             ("exit128k", "decode-64x128256", 512),
         ]
     ),
-    # A share of the exponentials on the FMA pipe (poly_exp of each vector's 8), against the
-    # tables' configurations (session 14: the special-function pipe 36 % busy at 64 x 128256).
-    *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid({**best, "poly_exp": [0, 2, 4, 6]}),
-            tag=tag,
-        )
-        for tag, shape, best in [
-            ("poly32k", "decode-64x32000", {"threads": [256], "slice_kb": [8]}),
-            (
-                "poly128k",
-                "decode-64x128256",
-                {"threads": [512], "slice_kb": [16], "early_exit": [True]},
-            ),
-        ]
-    ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",

@@ -16,9 +16,6 @@ leaves once it has released its pair (a cluster barrier waits for the threads th
 exited). Profiled at decode 64 x 128256 without it, 54 % of the warps' stall samples were
 barrier and memory-barrier stalls, a quarter of all of them at the cluster barrier's wait; with
 it the kernel was 0-2 % faster (docs/benchmarks/2026-11-30-h200-session14.md).
-With `poly_exp` P, P of each vector's 8 exponentials are a polynomial on the FMA pipe (128 a
-clock an SM) instead of the special-function unit's ex2 (16 a clock), which was 36 % busy at
-decode 64 x 128256 (session 14's profile); below 2^-126 it gives 0, as ex2 does here.
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -42,10 +39,8 @@ PARAMS = {
     "slice_kb": [8, 16, 32, 64, 128],
     "exchange": ["cluster", "global"],
     "early_exit": [False, True],
-    "poly_exp": [0, 2, 4, 6, 8],
 }
 EXCHANGES = ("cluster", "global")
-POLY_EXPS = (0, 2, 4, 6, 8)
 MAX_CLUSTER = 8
 MAX_GLOBAL_BLOCKS = 32
 MAX_VECTORS_PER_THREAD = 32
@@ -106,29 +101,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
-// 2^t for t <= 0 (or NaN) on the FMA pipe, not the special-function unit (MUFU.EX2, 16 a clock
-// an SM against 128 FMAs): t = j + f with j an integer (by the 1.5 * 2^23 rounding trick) and
-// |f| <= 1/2, 2^f by its Taylor series to f^6 (relative error under 3e-7), j added into the
-// exponent bits. Below -126 it gives 0, as ex2.approx.ftz does (the sum is fp32 and
-// flushes there anyway); a NaN stays NaN.
-__device__ __forceinline__ float exp2_fma(float t) {
-    const float magic = 12582912.f;  // 1.5 * 2^23
-    const float j = __fadd_rn(t, magic);
-    const float f = t - __fsub_rn(j, magic);
-    float p = 1.5403530393381606e-4f;
-    p = fmaf(p, f, 1.3333558146428443e-3f);
-    p = fmaf(p, f, 9.6181291076284772e-3f);
-    p = fmaf(p, f, 5.5504108664821580e-2f);
-    p = fmaf(p, f, 2.4022650695910071e-1f);
-    p = fmaf(p, f, 6.9314718055994531e-1f);
-    p = fmaf(p, f, 1.f);
-    const float r = __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
-    return t < -126.f ? 0.f : (t != t ? t : r);
-}
-// The exponential of vector word k: POLY_EXP of a vector's 8 (its first POLY_EXP / 2 words)
-// on the FMA pipe, the rest on the special-function unit.
-#define EXP2_WORD(k, t) ((k) < POLY_EXP / 2 ? exp2_fma(t) : exp2f(t))
-
 // A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
 // sum, from a NaN or +inf input, stays NaN, as in torch).
 __device__ __forceinline__ float weigh(float s, float m, float big) {
@@ -216,8 +188,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         const unsigned w[4] = {p[u].x, p[u].y, p[u].z, p[u].w};
         #pragma unroll
         for (int k = 0; k < 4; ++k)
-            s += EXP2_WORD(k, fmaf(bf_lo(w[k]), LOG2E, -mw))
-                + EXP2_WORD(k, fmaf(bf_hi(w[k]), LOG2E, -mw));
+            s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
     s = warp_sum(s);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -327,12 +298,10 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
     return Launch(blocks, slice_vec, vectors_per_thread, exchange if blocks > 1 else "cluster")
 
 
-def compile_options(
-    threads: int, launch: Launch, early_exit: bool = False, poly_exp: int = 0
-) -> tuple[str, ...]:
-    """NVRTC options for one launch shape (cluster > 1 needs sm_90), exchange (EARLY_EXIT) and
-    share of exponentials on the FMA pipe (POLY_EXP of 8). The block size is a compile-time
-    constant so that each thread's vector offsets are immediates, not registers."""
+def compile_options(threads: int, launch: Launch, early_exit: bool = False) -> tuple[str, ...]:
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT).
+    The block size is a compile-time constant so that each thread's vector offsets are
+    immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -340,7 +309,6 @@ def compile_options(
         f"-DBLOCKS={launch.blocks}",
         f"-DCLUSTER={launch.cluster}",
         f"-DEARLY_EXIT={int(early_exit)}",
-        f"-DPOLY_EXP={poly_exp}",
     )
 
 
@@ -364,9 +332,10 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch, early_exit: bool, poly_exp: int):
-    options = compile_options(threads, launch, early_exit, poly_exp)
-    return cupy.RawKernel(SOURCE, "cross_entropy_resident_bf16", options=options)
+def _compiled(threads: int, launch: Launch, early_exit: bool):
+    return cupy.RawKernel(
+        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch, early_exit)
+    )
 
 
 def kernel(
@@ -376,11 +345,8 @@ def kernel(
     slice_kb: int = 64,
     exchange: str = "cluster",
     early_exit: bool = False,
-    poly_exp: int = 0,
 ) -> torch.Tensor:
     x = logits
-    if poly_exp not in POLY_EXPS:
-        raise ValueError(f"poly_exp must be one of {POLY_EXPS} (of a vector's 8), got {poly_exp!r}")
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
         raise ValueError("cupy_cross_entropy_resident handles 2-D bfloat16 logits, unit stride")
     n_rows, n_cols = x.shape
@@ -404,7 +370,7 @@ def kernel(
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    kern = _compiled(threads, launch, early_exit, poly_exp)
+    kern = _compiled(threads, launch, early_exit)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

@@ -121,11 +121,6 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 512, "slice_kb": 16, "early_exit": True},
             ),
-            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "poly_exp": 4}),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 512, "slice_kb": 16, "early_exit": True, "poly_exp": 8},
-            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -148,48 +143,6 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
         got = module.kernel(x, targets, threads, slice_kb, exchange, early_exit).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("poly_exp", [2, 4, 8])
-@pytest.mark.parametrize(
-    "exchange,early_exit", [("cluster", False), ("global", False), ("cluster", True)]
-)
-def test_exponentials_on_the_fma_pipe_on_edge_rows(task, poly_exp, exchange, early_exit) -> None:
-    """The polynomial exponential on the edge rows (a max in the first or last vector, runs of
-    -inf, values near -1000), and on rows holding a NaN or a +inf: NaN, as torch gives."""
-    pytest.importorskip("cupy")
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    for cols in EDGE_COLUMNS:
-        x = edge_rows(cols)
-        x[1, 7] = float("nan")
-        x[2, cols // 3] = float("inf")
-        x = x.cuda()
-        targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
-        got = module.kernel(x, targets, 512, 16, exchange, early_exit, poly_exp).double()
-        want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
-        assert torch.isnan(want[1:3]).all()
-        torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4, equal_nan=True)
-
-
-def test_poly_exp_takes_that_share_of_exponentials_off_the_special_function_unit(task) -> None:
-    """Compiled for sm_90 at 32000 columns (2 vectors a thread): each step of poly_exp moves one
-    ex2.approx per vector to the FMA pipe; a poly_exp that is no even share of 8 is refused."""
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    launch = module.plan(32000 // 8, 256, 8)
-    assert launch.vectors_per_thread == 2
-
-    def ex2s(poly_exp: int) -> int:
-        options = module.compile_options(256, launch, False, poly_exp)
-        return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options]).count("ex2.approx")
-
-    base = ex2s(0)
-    assert base >= 16
-    assert [base - ex2s(p) for p in (2, 4, 8)] == [4, 8, 16]
-    with pytest.raises(ValueError, match="poly_exp must be one of"):
-        module.kernel(
-            torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.int64), poly_exp=3
-        )
 
 
 @pytest.mark.gpu
