@@ -599,6 +599,18 @@ PLANS = [
             ("exit128k", "decode-64x128256", 512),
         ]
     ),
+    # Llama's down projection at 16 rows letting the next layer's qkv in only as its products
+    # end (late_dependents, which the b16 block measured 1.002x in session 25), per op.
+    Plan(
+        "linear_residual",
+        "triton_gemm_residual.py",
+        ["m16-n4096-k14336"],
+        _grid(
+            {"block_n": [64], "block_k": [128], "split_k": [4], "late_dependents": [False, True]}
+        ),
+        tag="down16late",
+        peers=FUSED_PEERS,
+    ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
