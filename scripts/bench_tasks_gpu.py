@@ -611,6 +611,23 @@ PLANS = [
         tag="down16late",
         peers=FUSED_PEERS,
     ),
+    # And DeepSeek-V3's (the MLA block's), 1.002x in the b16 block in session 25.
+    Plan(
+        "linear_residual",
+        "triton_gemm_residual.py",
+        ["m16-n7168-k18432"],
+        _grid(
+            {
+                "block_n": [32],
+                "block_k": [128],
+                "split_k": [4],
+                "num_warps": [2],
+                "late_dependents": [False, True],
+            }
+        ),
+        tag="down16mlalate",
+        peers=FUSED_PEERS,
+    ),
     Plan(
         "cross_entropy",
         "cupy_cross_entropy_resident.py",
