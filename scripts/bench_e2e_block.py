@@ -6,7 +6,8 @@ scripts/dispatch_from_bench.py) pick, and torch.compile of that tuned block (GPU
     uv run python scripts/bench_e2e_block.py --dispatch-dir out --json e2e-block.json
 
 For every size: each variant's relative error against the block in float32 (the bf16 block's
-weights and inputs upcast) and that of a CUDA graph replay against a direct call, then the four
+weights and inputs upcast) and that of a CUDA graph replay against a direct call (each judged
+against eager's own, `verdicts`), then the four
 variants interleaved (baselines.timer, several captures per variant, rotated block by block as
 the evaluator does; 2 where 8 run out of memory), with median intervals and the paired speedups
 against eager and compiled. Decode sizes also report the bytes a step must stream (weights + KV
@@ -111,6 +112,17 @@ def _errors(cfg, weights: list[dict], blocks: dict, mode: str, inputs: tuple) ->
     return out
 
 
+def verdicts(errors: dict[str, float], replay: dict[str, float]) -> dict[str, bool]:
+    """Whether each variant is right: its error against the float32 block within TOLERANCE of
+    eager's own, and its graph replay within TOLERANCE of its direct call, over and above what
+    eager's replay differs by (cuBLAS may pick other algorithms under capture, and many layers
+    carry the difference; a kernel that reads its input before the kernel writing it is done
+    leaves a replay far off, or NaN, which fails every comparison)."""
+    limit = errors["eager"] + TOLERANCE
+    replay_limit = replay["eager"] + TOLERANCE
+    return {v: errors[v] <= limit and replay[v] <= replay_limit for v in errors}
+
+
 def _replay_error(timer: GpuTimer, fn, inputs: tuple) -> float:
     """The largest relative error of a captured graph's replay against a direct call: where a
     kernel launched with programmatic dependent launch read an input before the kernel that
@@ -174,13 +186,10 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
     errors = _errors(cfg, weights, blocks, mode, inputs)
     row["rel_error_vs_fp32"] = errors
     row["check_s"] = time.perf_counter() - t0
-    limit = errors["eager"] + TOLERANCE
     variants = list(blocks)
     replay = {v: _replay_error(timer, getattr(blocks[v], mode), inputs) for v in variants}
     row["replay_rel_error"] = replay
-    row["correct"] = {
-        label: err <= limit and replay[label] <= TOLERANCE for label, err in errors.items()
-    }
+    row["correct"] = verdicts(errors, replay)
     keep: list = []
     runners = [_runner(timer, getattr(blocks[v], mode), inputs, captures, keep) for v in variants]
     rule = StoppingRule(

@@ -59,3 +59,21 @@ def test_bad_arguments_exit_2_before_the_gpu_is_needed(bench, tmp_path, capsys) 
     assert "expected NAME=DIR" in capsys.readouterr().err
     assert bench.main(["--layers", "0"]) == 2
     assert "--layers" in capsys.readouterr().err
+
+
+def test_a_variant_is_right_within_eagers_own_error_and_replay_difference(bench) -> None:
+    """At 32 layers eager's own graph replay differed from its direct call by 2.1e-2 (session 25
+    call 3): that is no fault of eager's, and the same slack goes to every variant; a replay
+    further off, or NaN (a kernel that read its input too early), is wrong."""
+    tol = bench.TOLERANCE
+    errors = {"eager": 0.024, "compiled": 0.023, "tuned": 0.022, "tuned:x": 0.024 + tol * 1.01}
+    replay = {"eager": 0.021, "compiled": 0.004, "tuned": 0.021 + tol * 0.99, "tuned:x": 0.0}
+    assert bench.verdicts(errors, replay) == {
+        "eager": True,
+        "compiled": True,
+        "tuned": True,
+        "tuned:x": False,  # its error against float32 is past eager's by more than TOLERANCE
+    }
+    assert not bench.verdicts(errors, {**replay, "tuned": 0.021 + tol * 1.01})["tuned"]
+    assert not bench.verdicts(errors, {**replay, "tuned": float("nan")})["tuned"]
+    assert not bench.verdicts({**errors, "tuned": float("nan")}, replay)["tuned"]
