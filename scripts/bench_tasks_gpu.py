@@ -599,34 +599,26 @@ PLANS = [
             ("exit128k", "decode-64x128256", 512),
         ]
     ),
-    # Llama's down projection at 16 rows letting the next layer's qkv in only as its products
-    # end (late_dependents, which the b16 block measured 1.002x in session 25), per op.
-    Plan(
-        "linear_residual",
-        "triton_gemm_residual.py",
-        ["m16-n4096-k14336"],
-        _grid(
-            {"block_n": [64], "block_k": [128], "split_k": [4], "late_dependents": [False, True]}
-        ),
-        tag="down16late",
-        peers=FUSED_PEERS,
-    ),
-    # And DeepSeek-V3's (the MLA block's), 1.002x in the b16 block in session 25.
-    Plan(
-        "linear_residual",
-        "triton_gemm_residual.py",
-        ["m16-n7168-k18432"],
-        _grid(
-            {
-                "block_n": [32],
-                "block_k": [128],
-                "split_k": [4],
-                "num_warps": [2],
-                "late_dependents": [False, True],
-            }
-        ),
-        tag="down16mlalate",
-        peers=FUSED_PEERS,
+    # The down projections at 16 rows letting the next layer's first kernel in only as their
+    # products end (late_dependents, 1.002-1.003x in the b16 blocks in session 25), per op:
+    # Llama's, and DeepSeek-V3's (the MLA block's), at the blocks' configurations.
+    *(
+        Plan(
+            "linear_residual",
+            "triton_gemm_residual.py",
+            [shape],
+            _grid({**best, "late_dependents": [False, True]}),
+            tag=tag,
+            peers=FUSED_PEERS,
+        )
+        for tag, shape, best in [
+            ("down16late", "m16-n4096-k14336", {"block_n": [64], "block_k": [128], "split_k": [4]}),
+            (
+                "down16mlalate",
+                "m16-n7168-k18432",
+                {"block_n": [32], "block_k": [128], "split_k": [4], "num_warps": [2]},
+            ),
+        ]
     ),
     Plan(
         "cross_entropy",
