@@ -599,6 +599,26 @@ PLANS = [
             ("exit128k", "decode-64x128256", 512),
         ]
     ),
+    # Each warp's pair straight to block 0 of the cluster (warp_pairs: no block barrier, one
+    # combine fewer before the loss), against the tables' configuration at each decode shape.
+    *(
+        Plan(
+            "cross_entropy",
+            "cupy_cross_entropy_resident.py",
+            [shape],
+            _grid({"threads": threads, "slice_kb": [8, 16], "warp_pairs": [True]}, table),
+            tag=tag,
+        )
+        for tag, shape, threads, table in [
+            ("pairs32k", "decode-64x32000", [128, 256], {"threads": 256, "slice_kb": 8}),
+            (
+                "pairs128k",
+                "decode-64x128256",
+                [256, 512],
+                {"threads": 512, "slice_kb": 16, "early_exit": True},
+            ),
+        ]
+    ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their
     # products end (late_dependents, 1.002-1.003x in the b16 blocks in session 25), per op:
     # Llama's, and DeepSeek-V3's (the MLA block's), at the blocks' configurations.

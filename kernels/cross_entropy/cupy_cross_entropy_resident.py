@@ -16,6 +16,11 @@ leaves once it has released its pair (a cluster barrier waits for the threads th
 exited). Profiled at decode 64 x 128256 without it, 54 % of the warps' stall samples were
 barrier and memory-barrier stalls, a quarter of all of them at the cluster barrier's wait; with
 it the kernel was 0-2 % faster (docs/benchmarks/2026-11-30-h200-session14.md).
+With `warp_pairs` (clusters only) no block combines its warps: each warp writes its (max, sum)
+pair straight into block 0's shared memory, and every warp but block 0's warp 0 leaves once it
+has released its pair; block 0's warp 0 waits at the one cluster barrier and combines the
+cluster's pairs, several a lane. A row's end then takes no block barrier and one combine fewer
+on its way to the loss (`early_exit` is then moot: every warp leaves early).
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -39,6 +44,7 @@ PARAMS = {
     "slice_kb": [8, 16, 32, 64, 128],
     "exchange": ["cluster", "global"],
     "early_exit": [False, True],
+    "warp_pairs": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -117,9 +123,29 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
     s = warp_sum(weigh(si, mi, m));
 }
 
+#if CLUSTER > 1 && WARP_PAIRS
+// combine() over n pairs, more than a warp's lanes: each lane first combines pairs lane,
+// lane + 32, ... against their own max.
+template <int N>
+__device__ __forceinline__ void combine_strided(const float* ms, const float* ss, float& m,
+                                                float& s) {
+    const int lane = threadIdx.x & 31;
+    float ml = NEG_INF;
+    #pragma unroll
+    for (int i = lane; i < N; i += 32) ml = ss[i] == 0.f ? ml : fmaxf(ml, ms[i]);
+    float sl = 0.f;
+    #pragma unroll
+    for (int i = lane; i < N; i += 32) sl += weigh(ss[i], ms[i], ml);
+    m = warp_max(ml);
+    s = warp_sum(weigh(sl, ml, m));
+}
+#endif
+
 // BLOCKS blocks take a row: a cluster of them (CLUSTER == BLOCKS), or, with CLUSTER 1 and
 // BLOCKS > 1, independent blocks that meet through global memory (GLOBAL_EXCHANGE).
 #define GLOBAL_EXCHANGE (CLUSTER == 1 && BLOCKS > 1)
+#define WARPS (THREADS / 32)
+#define PAIRS (WARP_PAIRS ? CLUSTER * WARPS : CLUSTER)
 #if GLOBAL_EXCHANGE && BLOCKS > 32
 #error "a global exchange combines one pair a lane: at most 32 blocks a row"
 #endif
@@ -133,9 +159,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     __shared__ float red_m[32];
     __shared__ float red_s[32];
 #if CLUSTER > 1
-    // Every block's (max, sum), written into block 0 by its owner (so no block reads another's
-    // shared memory, and none waits to leave).
-    __shared__ float parts_m[CLUSTER], parts_s[CLUSTER];
+    // Every block's (max, sum), or with WARP_PAIRS every warp's, written into block 0 by its
+    // owner (so no block reads another's shared memory, and none waits to leave).
+    __shared__ float parts_m[PAIRS], parts_s[PAIRS];
     const unsigned rank = cluster_rank();
     cluster_arrive();
 #else
@@ -192,6 +218,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     }
     s = warp_sum(s);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#if CLUSTER > 1 && WARP_PAIRS
+    // Each warp hands its pair to block 0 and leaves, but block 0's warp 0, which waits for
+    // them all (the release orders the pair before the arrival it is read after).
+    cluster_wait();
+    if (lane == 0) {
+        store_to_block(&parts_m[rank * WARPS + warp], 0, mw);
+        store_to_block(&parts_s[rank * WARPS + warp], 0, s);
+    }
+    __syncwarp();  // the aligned barrier below needs the whole warp converged
+    if (rank != 0 || warp != 0) {
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        return;
+    }
+    cluster_barrier();
+    float m_all, s_all;
+    combine_strided<PAIRS>(parts_m, parts_s, m_all, s_all);
+#else
     if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
     __syncthreads();
     float m_all = 0.f, s_all = 0.f;
@@ -242,6 +285,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
 #else
     if (warp != 0) return;
 #endif
+#endif  // WARP_PAIRS
     if (lane == 0) {
         float out;
         if (target == IGNORE_INDEX) out = 0.f;
@@ -298,10 +342,12 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
     return Launch(blocks, slice_vec, vectors_per_thread, exchange if blocks > 1 else "cluster")
 
 
-def compile_options(threads: int, launch: Launch, early_exit: bool = False) -> tuple[str, ...]:
-    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT).
-    The block size is a compile-time constant so that each thread's vector offsets are
-    immediates, not registers."""
+def compile_options(
+    threads: int, launch: Launch, early_exit: bool = False, warp_pairs: bool = False
+) -> tuple[str, ...]:
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT,
+    WARP_PAIRS). The block size is a compile-time constant so that each thread's vector offsets
+    are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -309,6 +355,7 @@ def compile_options(threads: int, launch: Launch, early_exit: bool = False) -> t
         f"-DBLOCKS={launch.blocks}",
         f"-DCLUSTER={launch.cluster}",
         f"-DEARLY_EXIT={int(early_exit)}",
+        f"-DWARP_PAIRS={int(warp_pairs)}",
     )
 
 
@@ -332,9 +379,11 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch, early_exit: bool):
+def _compiled(threads: int, launch: Launch, early_exit: bool, warp_pairs: bool):
     return cupy.RawKernel(
-        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch, early_exit)
+        SOURCE,
+        "cross_entropy_resident_bf16",
+        options=compile_options(threads, launch, early_exit, warp_pairs),
     )
 
 
@@ -345,6 +394,7 @@ def kernel(
     slice_kb: int = 64,
     exchange: str = "cluster",
     early_exit: bool = False,
+    warp_pairs: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -363,14 +413,16 @@ def kernel(
     if n_cols == 0:
         raise ValueError("cross-entropy over an empty vocabulary is undefined")
     launch = plan(n_cols // 8, threads, slice_kb, exchange)
-    early_exit = early_exit and launch.cluster > 1  # no cluster barrier to leave early
+    warp_pairs = warp_pairs and launch.cluster > 1  # only a cluster takes warps' pairs
+    # no cluster barrier to leave early; with warp_pairs every warp leaves early
+    early_exit = early_exit and launch.cluster > 1 and not warp_pairs
     if launch.cluster > 1 and torch.cuda.get_device_capability(x.device) < CLUSTER_MIN_CAPABILITY:
         raise ValueError("rows longer than slice_kb need thread-block clusters (sm_90)")
     partial = arrived = None
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    kern = _compiled(threads, launch, early_exit)
+    kern = _compiled(threads, launch, early_exit, warp_pairs)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

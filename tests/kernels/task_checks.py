@@ -187,12 +187,13 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",
         )
-        if "early_exit" in space and launch.cluster > 1:
-            assert_cuda_compiles(
-                module.SOURCE,
-                [f"-arch={arch}", *module.compile_options(threads, launch, early_exit=True)],
-                f"{candidate} {arch} threads={threads} {launch} early_exit",
-            )
+        for flag in ("early_exit", "warp_pairs"):
+            if flag in space and launch.cluster > 1:
+                assert_cuda_compiles(
+                    module.SOURCE,
+                    [f"-arch={arch}", *module.compile_options(threads, launch, **{flag: True})],
+                    f"{candidate} {arch} threads={threads} {launch} {flag}",
+                )
 
 
 def assert_resident_plan(module: ModuleType) -> None:

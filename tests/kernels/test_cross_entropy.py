@@ -4,6 +4,8 @@ kernel."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -121,6 +123,11 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 512, "slice_kb": 16, "early_exit": True},
             ),
+            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "warp_pairs": True}),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 512, "slice_kb": 16, "warp_pairs": True},
+            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -129,10 +136,18 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "exchange,early_exit", [("cluster", False), ("global", False), ("cluster", True)]
+    "exchange,early_exit,warp_pairs",
+    [
+        ("cluster", False, False),
+        ("global", False, False),
+        ("cluster", True, False),
+        ("cluster", False, True),
+    ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
-def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, early_exit) -> None:
+def test_resident_cross_entropy_on_edge_rows(
+    task, threads, slice_kb, exchange, early_exit, warp_pairs
+) -> None:
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
@@ -140,7 +155,9 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
     for cols in EDGE_COLUMNS:
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
-        got = module.kernel(x, targets, threads, slice_kb, exchange, early_exit).double()
+        got = module.kernel(
+            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs
+        ).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
@@ -262,6 +279,30 @@ def test_with_early_exit_the_other_blocks_release_their_pair_and_do_not_wait(tas
     # the blocks other than block 0 release their pair and leave without waiting
     assert early.count("barrier.cluster.arrive.release") == 2
     assert plain.count("barrier.cluster.arrive.release") == 1
+
+
+def test_with_warp_pairs_no_block_barrier_and_every_warp_but_one_leaves(task) -> None:
+    """Compiled for sm_90 over a cluster of 8 blocks of 8 warps: with warp_pairs no block
+    barrier is left (each warp hands its pair to block 0 itself), every warp releases its pair
+    (the arrive of those that leave, and block 0's warp 0's before its wait), and block 0 keeps
+    room for every warp's pair (64), where without it a block combines its warps first, at a
+    block barrier, and block 0 keeps one pair a block."""
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    launch = module.plan(32000 // 8, 256, 8)
+    assert launch.cluster == 8
+
+    def ptx(warp_pairs: bool) -> str:
+        options = module.compile_options(256, launch, warp_pairs=warp_pairs)
+        return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
+
+    plain, pairs = ptx(False), ptx(True)
+    assert re.search(r"\bbar(rier)?\.sync\b", plain)
+    assert not re.search(r"\bbar(rier)?\.sync\b", pairs)
+    assert pairs.count("barrier.cluster.arrive.release") == 2
+    assert pairs.count("barrier.cluster.wait") == 2
+    # (PTX sizes shared arrays in bytes: 64 and 8 floats)
+    assert re.search(r"\.shared .*parts_m\[256\]", pairs)
+    assert re.search(r"\.shared .*parts_m\[32\]", plain)
 
 
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
