@@ -619,34 +619,6 @@ PLANS = [
             ),
         ]
     ),
-    # With each warp's pair straight to block 0, a thread's sum taken online_step vectors at a
-    # time as its loads arrive (0: the max of all first), against the tables' configuration.
-    *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid(
-                {
-                    "threads": threads,
-                    "slice_kb": [8],
-                    "warp_pairs": [True],
-                    "online_step": [0, 1, 2],
-                },
-                table,
-            ),
-            tag=tag,
-        )
-        for tag, shape, threads, table in [
-            ("online32k", "decode-64x32000", [128, 256], {"threads": 256, "slice_kb": 8}),
-            (
-                "online128k",
-                "decode-64x128256",
-                [256, 512],
-                {"threads": 512, "slice_kb": 16, "early_exit": True},
-            ),
-        ]
-    ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their
     # products end (late_dependents, 1.002-1.003x in the b16 blocks in session 25), per op:
     # Llama's, and DeepSeek-V3's (the MLA block's), at the blocks' configurations.

@@ -21,10 +21,6 @@ pair straight into block 0's shared memory, and every warp but block 0's warp 0 
 has released its pair; block 0's warp 0 waits at the one cluster barrier and combines the
 cluster's pairs, several a lane. A row's end then takes no block barrier and one combine fewer
 on its way to the loss (`early_exit` is then moot: every warp leaves early).
-With `online_step` k > 0 a thread sums its vectors k at a time as they arrive, each step against
-the max of the values seen so far (the sum rescaled where that max grows, an exponential a step),
-so that only its last step's exponentials wait for its last load; with 0 it takes the warp's max
-over all of its vectors first, then sums them all.
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -49,7 +45,6 @@ PARAMS = {
     "exchange": ["cluster", "global"],
     "early_exit": [False, True],
     "warp_pairs": [False, True],
-    "online_step": [0, 1, 2],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -111,19 +106,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
-}
-// The max of a vector's 8 values, as a packed pair.
-__device__ __forceinline__ unsigned max_of(const uint4 v) {
-    return max_bf16x2(max_bf16x2(v.x, v.y), max_bf16x2(v.z, v.w));
-}
-// The sum of 2^(x log2(e) - mt) over a vector's 8 values.
-__device__ __forceinline__ float sum_exp2(const uint4 v, float mt) {
-    const unsigned w[4] = {v.x, v.y, v.z, v.w};
-    float s = 0.f;
-    #pragma unroll
-    for (int k = 0; k < 4; ++k)
-        s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mt)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mt));
-    return s;
 }
 // A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
 // sum, from a NaN or +inf input, stays NaN, as in torch).
@@ -217,38 +199,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
             picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
     }
 
-#if ONLINE_STEP == 0
     // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
     // the block's and the cluster's max only rescale the sums.
     unsigned m2 = 0xff80ff80u;
     #pragma unroll
-    for (int u = 0; u < VPT; ++u) m2 = max_bf16x2(m2, max_of(p[u]));
+    for (int u = 0; u < VPT; ++u) {
+        m2 = max_bf16x2(m2, max_bf16x2(max_bf16x2(p[u].x, p[u].y), max_bf16x2(p[u].z, p[u].w)));
+    }
     const float wm = warp_max(fmaxf(bf_lo(m2), bf_hi(m2)));
     const float mw = wm == NEG_INF ? 0.f : wm * LOG2E;  // a warp of padding only sums to 0
     float s = 0.f;
     #pragma unroll
-    for (int u = 0; u < VPT; ++u) s += sum_exp2(p[u], mw);
-    s = warp_sum(s);
-#else
-    // Each thread sums its vectors ONLINE_STEP at a time, as they arrive, against the max of
-    // those seen so far (the sum rescaled where it grows); the warp's max then rescales them.
-    float mx = NEG_INF, mt = 0.f, s = 0.f;  // mt: the max in log2 units, 0 while only padding
-    #pragma unroll
-    for (int c = 0; c < VPT; c += ONLINE_STEP) {
-        unsigned m2 = 0xff80ff80u;
+    for (int u = 0; u < VPT; ++u) {
+        const unsigned w[4] = {p[u].x, p[u].y, p[u].z, p[u].w};
         #pragma unroll
-        for (int u = c; u < c + ONLINE_STEP && u < VPT; ++u) m2 = max_bf16x2(m2, max_of(p[u]));
-        mx = fmaxf(mx, fmaxf(bf_lo(m2), bf_hi(m2)));
-        const float mn = mx == NEG_INF ? 0.f : mx * LOG2E;
-        s = weigh(s, mt, mn);
-        mt = mn;
-        #pragma unroll
-        for (int u = c; u < c + ONLINE_STEP && u < VPT; ++u) s += sum_exp2(p[u], mt);
+        for (int k = 0; k < 4; ++k)
+            s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
-    const float wm = warp_max(s == 0.f ? NEG_INF : mt);
-    s = warp_sum(weigh(s, mt, wm));
-    const float mw = wm == NEG_INF ? 0.f : wm;
-#endif
+    s = warp_sum(s);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #if CLUSTER > 1 && WARP_PAIRS
     // Each warp hands its pair to block 0 and leaves, but block 0's warp 0, which waits for
@@ -375,15 +343,11 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
 
 
 def compile_options(
-    threads: int,
-    launch: Launch,
-    early_exit: bool = False,
-    warp_pairs: bool = False,
-    online_step: int = 0,
+    threads: int, launch: Launch, early_exit: bool = False, warp_pairs: bool = False
 ) -> tuple[str, ...]:
-    """NVRTC options for one launch shape (cluster > 1 needs sm_90), exchange (EARLY_EXIT,
-    WARP_PAIRS) and sum (ONLINE_STEP). The block size is a compile-time constant so that each
-    thread's vector offsets are immediates, not registers."""
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT,
+    WARP_PAIRS). The block size is a compile-time constant so that each thread's vector offsets
+    are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -392,7 +356,6 @@ def compile_options(
         f"-DCLUSTER={launch.cluster}",
         f"-DEARLY_EXIT={int(early_exit)}",
         f"-DWARP_PAIRS={int(warp_pairs)}",
-        f"-DONLINE_STEP={online_step}",
     )
 
 
@@ -416,11 +379,11 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch, early_exit: bool, warp_pairs: bool, online_step: int):
+def _compiled(threads: int, launch: Launch, early_exit: bool, warp_pairs: bool):
     return cupy.RawKernel(
         SOURCE,
         "cross_entropy_resident_bf16",
-        options=compile_options(threads, launch, early_exit, warp_pairs, online_step),
+        options=compile_options(threads, launch, early_exit, warp_pairs),
     )
 
 
@@ -432,7 +395,6 @@ def kernel(
     exchange: str = "cluster",
     early_exit: bool = False,
     warp_pairs: bool = False,
-    online_step: int = 0,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -460,9 +422,7 @@ def kernel(
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    if online_step not in PARAMS["online_step"]:
-        raise ValueError(f"online_step must be one of {PARAMS['online_step']}, got {online_step}")
-    kern = _compiled(threads, launch, early_exit, warp_pairs, online_step)
+    kern = _compiled(threads, launch, early_exit, warp_pairs)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

@@ -128,11 +128,6 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 512, "slice_kb": 16, "warp_pairs": True},
             ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 512, "slice_kb": 16, "warp_pairs": True, "online_step": 1},
-            ),
-            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "online_step": 2}),
         ],
     )
     for verdict in ev.verdicts:
@@ -141,19 +136,17 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "exchange,early_exit,warp_pairs,online_step",
+    "exchange,early_exit,warp_pairs",
     [
-        ("cluster", False, False, 0),
-        ("global", False, False, 0),
-        ("cluster", True, False, 0),
-        ("cluster", False, True, 0),
-        ("cluster", False, True, 1),
-        ("global", False, False, 2),
+        ("cluster", False, False),
+        ("global", False, False),
+        ("cluster", True, False),
+        ("cluster", False, True),
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
 def test_resident_cross_entropy_on_edge_rows(
-    task, threads, slice_kb, exchange, early_exit, warp_pairs, online_step
+    task, threads, slice_kb, exchange, early_exit, warp_pairs
 ) -> None:
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
@@ -163,7 +156,7 @@ def test_resident_cross_entropy_on_edge_rows(
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
         got = module.kernel(
-            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs, online_step
+            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs
         ).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
@@ -310,13 +303,6 @@ def test_with_warp_pairs_no_block_barrier_and_every_warp_but_one_leaves(task) ->
     # (PTX sizes shared arrays in bytes: 64 and 8 floats)
     assert re.search(r"\.shared .*parts_m\[256\]", pairs)
     assert re.search(r"\.shared .*parts_m\[32\]", plain)
-
-
-def test_an_online_step_the_kernel_has_no_build_for_is_refused(task) -> None:
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    x = torch.zeros(2, 8, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="online_step must be one of"):
-        module.kernel(x, torch.zeros(2, dtype=torch.int64), online_step=3)
 
 
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
