@@ -619,34 +619,6 @@ PLANS = [
             ),
         ]
     ),
-    # With warp_pairs, the target's logit sent by the thread that loaded its column
-    # (target_in_row) or loaded once the target is known; against the tables' configuration.
-    *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid(
-                {**launch, "warp_pairs": [True], "target_in_row": [False, True]},
-                table,
-            ),
-            tag=tag,
-        )
-        for tag, shape, launch, table in [
-            (
-                "inrow32k",
-                "decode-64x32000",
-                {"threads": [128, 256], "slice_kb": [8]},
-                {"threads": 256, "slice_kb": 8},
-            ),
-            (
-                "inrow128k",
-                "decode-64x128256",
-                {"threads": [512], "slice_kb": [8, 16]},  # the same launch: the sweep's noise
-                {"threads": 512, "slice_kb": 16, "early_exit": True},
-            ),
-        ]
-    ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their
     # products end (late_dependents, 1.002-1.003x in the b16 blocks in session 25), per op:
     # Llama's, and DeepSeek-V3's (the MLA block's), at the blocks' configurations.

@@ -20,10 +20,7 @@ With `warp_pairs` (clusters only) no block combines its warps: each warp writes 
 pair straight into block 0's shared memory, and every warp but block 0's warp 0 leaves once it
 has released its pair; block 0's warp 0 waits at the one cluster barrier and combines the
 cluster's pairs, several a lane. A row's end then takes no block barrier and one combine fewer
-on its way to the loss (`early_exit` is then moot: every warp leaves early). With it,
-`target_in_row` has every thread read its row's target, and the thread whose loads hold the
-target's column sends that logit to block 0 beside its pair, so that no load of the logit waits
-for the target's (two round trips to memory, one after the other, otherwise).
+on its way to the loss (`early_exit` is then moot: every warp leaves early).
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -48,7 +45,6 @@ PARAMS = {
     "exchange": ["cluster", "global"],
     "early_exit": [False, True],
     "warp_pairs": [False, True],
-    "target_in_row": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -150,9 +146,6 @@ __device__ __forceinline__ void combine_strided(const float* ms, const float* ss
 #define GLOBAL_EXCHANGE (CLUSTER == 1 && BLOCKS > 1)
 #define WARPS (THREADS / 32)
 #define PAIRS (WARP_PAIRS ? CLUSTER * WARPS : CLUSTER)
-#if TARGET_IN_ROW && !(CLUSTER > 1 && WARP_PAIRS)
-#error "the target's logit travels with the warps' pairs: TARGET_IN_ROW needs WARP_PAIRS"
-#endif
 #if GLOBAL_EXCHANGE && BLOCKS > 32
 #error "a global exchange combines one pair a lane: at most 32 blocks a row"
 #endif
@@ -169,9 +162,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     // Every block's (max, sum), or with WARP_PAIRS every warp's, written into block 0 by its
     // owner (so no block reads another's shared memory, and none waits to leave).
     __shared__ float parts_m[PAIRS], parts_s[PAIRS];
-#if TARGET_IN_ROW
-    __shared__ float picked_at_0;  // the target's logit, sent by the thread that loaded it
-#endif
     const unsigned rank = cluster_rank();
     cluster_arrive();
 #else
@@ -200,20 +190,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     }
 
     // The target's logit, fetched while the row's loads are in flight (by the thread that
-    // writes the loss: with a global exchange, whichever block of the row finishes last); with
-    // TARGET_IN_ROW every thread reads the target, and the one that loaded its column sends
-    // the logit on with its warp's pair.
+    // writes the loss: with a global exchange, whichever block of the row finishes last).
     long long target = 0;
     float picked = 0.f;
-#if TARGET_IN_ROW
-    target = targets[row];
-#else
     if ((GLOBAL_EXCHANGE || rank == 0) && threadIdx.x == 0) {
         target = targets[row];
         if (target >= 0 && target < (long long)n_vec * 8)
             picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
     }
-#endif
 
     // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
     // the block's and the cluster's max only rescale the sums.
@@ -242,22 +226,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         store_to_block(&parts_m[rank * WARPS + warp], 0, mw);
         store_to_block(&parts_s[rank * WARPS + warp], 0, s);
     }
-#if TARGET_IN_ROW
-    if (target >= 0 && target < (long long)n_vec * 8) {
-        const int o = (int)(target >> 3) - v0 - (int)threadIdx.x;  // this thread's vector o?
-        if (o >= 0 && o % THREADS == 0 && o / THREADS < VPT && (int)(target >> 3) < v1) {
-            // Each vector tested in turn: an index into p would put p in local memory.
-            const int k = (int)(target & 7) >> 1;
-            float v = 0.f;
-            #pragma unroll
-            for (int u = 0; u < VPT; ++u) {
-                const unsigned w = k == 0 ? p[u].x : k == 1 ? p[u].y : k == 2 ? p[u].z : p[u].w;
-                if (o == u * THREADS) v = target & 1 ? bf_hi(w) : bf_lo(w);
-            }
-            store_to_block(&picked_at_0, 0, v);
-        }
-    }
-#endif
     __syncwarp();  // the aligned barrier below needs the whole warp converged
     if (rank != 0 || warp != 0) {
         asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
@@ -266,9 +234,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     cluster_barrier();
     float m_all, s_all;
     combine_strided<PAIRS>(parts_m, parts_s, m_all, s_all);
-#if TARGET_IN_ROW
-    picked = picked_at_0;
-#endif
 #else
     if (lane == 0) { red_m[warp] = mw; red_s[warp] = s; }
     __syncthreads();
@@ -378,15 +343,11 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
 
 
 def compile_options(
-    threads: int,
-    launch: Launch,
-    early_exit: bool = False,
-    warp_pairs: bool = False,
-    target_in_row: bool = False,
+    threads: int, launch: Launch, early_exit: bool = False, warp_pairs: bool = False
 ) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT,
-    WARP_PAIRS, TARGET_IN_ROW). The block size is a compile-time constant so that each thread's
-    vector offsets are immediates, not registers."""
+    WARP_PAIRS). The block size is a compile-time constant so that each thread's vector offsets
+    are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -395,7 +356,6 @@ def compile_options(
         f"-DCLUSTER={launch.cluster}",
         f"-DEARLY_EXIT={int(early_exit)}",
         f"-DWARP_PAIRS={int(warp_pairs)}",
-        f"-DTARGET_IN_ROW={int(target_in_row)}",
     )
 
 
@@ -419,13 +379,11 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(
-    threads: int, launch: Launch, early_exit: bool, warp_pairs: bool, target_in_row: bool
-):
+def _compiled(threads: int, launch: Launch, early_exit: bool, warp_pairs: bool):
     return cupy.RawKernel(
         SOURCE,
         "cross_entropy_resident_bf16",
-        options=compile_options(threads, launch, early_exit, warp_pairs, target_in_row),
+        options=compile_options(threads, launch, early_exit, warp_pairs),
     )
 
 
@@ -437,7 +395,6 @@ def kernel(
     exchange: str = "cluster",
     early_exit: bool = False,
     warp_pairs: bool = False,
-    target_in_row: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -465,8 +422,7 @@ def kernel(
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    target_in_row = target_in_row and warp_pairs  # the logit travels with the warps' pairs
-    kern = _compiled(threads, launch, early_exit, warp_pairs, target_in_row)
+    kern = _compiled(threads, launch, early_exit, warp_pairs)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

@@ -187,14 +187,12 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",
         )
-        # the cluster exchange's options, each alone (target_in_row rides on warp_pairs)
-        for flags in ({"early_exit": True}, {"warp_pairs": True}, {"target_in_row": True}):
-            if set(flags) <= set(space) and launch.cluster > 1:
-                flags = {"warp_pairs": True, **flags} if "target_in_row" in flags else flags
+        for flag in ("early_exit", "warp_pairs"):
+            if flag in space and launch.cluster > 1:
                 assert_cuda_compiles(
                     module.SOURCE,
-                    [f"-arch={arch}", *module.compile_options(threads, launch, **flags)],
-                    f"{candidate} {arch} threads={threads} {launch} {flags}",
+                    [f"-arch={arch}", *module.compile_options(threads, launch, **{flag: True})],
+                    f"{candidate} {arch} threads={threads} {launch} {flag}",
                 )
 
 

@@ -128,14 +128,6 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 512, "slice_kb": 16, "warp_pairs": True},
             ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 512, "slice_kb": 16, "warp_pairs": True, "target_in_row": True},
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 256, "slice_kb": 8, "warp_pairs": True, "target_in_row": True},
-            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -144,18 +136,17 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "exchange,early_exit,warp_pairs,target_in_row",
+    "exchange,early_exit,warp_pairs",
     [
-        ("cluster", False, False, False),
-        ("global", False, False, False),
-        ("cluster", True, False, False),
-        ("cluster", False, True, False),
-        ("cluster", False, True, True),
+        ("cluster", False, False),
+        ("global", False, False),
+        ("cluster", True, False),
+        ("cluster", False, True),
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
 def test_resident_cross_entropy_on_edge_rows(
-    task, threads, slice_kb, exchange, early_exit, warp_pairs, target_in_row
+    task, threads, slice_kb, exchange, early_exit, warp_pairs
 ) -> None:
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
@@ -165,7 +156,7 @@ def test_resident_cross_entropy_on_edge_rows(
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
         got = module.kernel(
-            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs, target_in_row
+            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs
         ).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
@@ -312,40 +303,6 @@ def test_with_warp_pairs_no_block_barrier_and_every_warp_but_one_leaves(task) ->
     # (PTX sizes shared arrays in bytes: 64 and 8 floats)
     assert re.search(r"\.shared .*parts_m\[256\]", pairs)
     assert re.search(r"\.shared .*parts_m\[32\]", plain)
-
-
-@pytest.mark.parametrize("threads,vocab", [(256, 32000), (512, 128256), (256, 151936)])
-def test_with_target_in_row_no_load_waits_for_the_target(task, threads, vocab) -> None:
-    """Compiled for sm_90 with warp_pairs over a cluster of 8 (2, 4 and 10 vectors a thread):
-    with target_in_row the target's logit is no 16-bit load of its own (the thread that loaded
-    its column sends it), and picking it out of that thread's vectors keeps them in registers
-    (no local memory); without it the logit is loaded once the target is known."""
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    launch = module.plan(vocab // 8, threads, 8)
-    assert launch.cluster == 8
-
-    def ptx(target_in_row: bool) -> str:
-        options = module.compile_options(
-            threads, launch, warp_pairs=True, target_in_row=target_in_row
-        )
-        return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
-
-    loaded, in_row = ptx(False), ptx(True)
-    assert "ld.global.u16" in loaded
-    assert "ld.global.u16" not in in_row
-    assert ".local" not in in_row
-
-
-def test_target_in_row_without_warp_pairs_does_not_compile(task) -> None:
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    launch = module.plan(32000 // 8, 256, 8)
-
-    def error(warp_pairs: bool) -> str | None:
-        options = module.compile_options(256, launch, warp_pairs=warp_pairs, target_in_row=True)
-        return cuda_compile_error(module.SOURCE, ["-arch=sm_90", *options])
-
-    assert error(True) is None
-    assert "TARGET_IN_ROW needs WARP_PAIRS" in error(False)
 
 
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
