@@ -5,11 +5,11 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [gqa_tma] [mla_decode] [mla_b1] [mla_gluon] [mla_rows]
-#       [prefill_attention] [prefill_desc] [prefill_gluon] [fp8_gemm]
+#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_gluon] [mla_rows] [prefill_attention]
+#       [prefill_desc] [prefill_gluon] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_tma, mla_b1, mla_gluon,
-# mla_rows, prefill_desc and prefill_gluon (estimated 5-7 minutes on an H200; split across calls if
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_gluon, mla_rows,
+# prefill_desc and prefill_gluon (estimated 5-7 minutes on an H200; split across calls if
 # needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -170,23 +170,6 @@ for stage in $STAGES; do
             '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":64,"early_history":true}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"prefetch_l2":true}' \
             '{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"prefetch_l2":true,"early_history":true}'
-        ;;
-    gqa_tma)
-        # Batch 16, where SDPA (cuDNN) keeps the table's entry and streams the decoder block's
-        # cache at 95 % of copy (session 26, call 1): K and V through TMA (loads "descriptor")
-        # against the pointer loads of the same configuration, then the sweep's fastest against
-        # every peer at both batch-16 and batch-64 shapes.
-        sweep gqa_decode triton_gqa_decode.py tma sdpa-gqa b16-kv8192,b64-kv2048 \
-            '{"block_n":64,"num_warps":4,"num_stages":4,"split_tokens":1024}' \
-            '{"block_n":64,"num_warps":4,"num_stages":4,"split_tokens":1024,"loads":"descriptor"}' \
-            '{"block_n":64,"num_warps":4,"num_stages":5,"split_tokens":1024,"loads":"descriptor"}' \
-            '{"block_n":64,"num_warps":4,"num_stages":4,"split_tokens":512,"loads":"descriptor"}' \
-            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":1024,"loads":"descriptor"}' \
-            '{"block_n":128,"num_warps":4,"num_stages":3,"split_tokens":1024,"loads":"descriptor"}' \
-            '{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":2048,"loads":"descriptor"}' \
-            '{"block_n":128,"num_warps":8,"num_stages":2,"split_tokens":512,"loads":"descriptor"}' \
-            '{"block_n":64,"num_warps":4,"num_stages":4,"split_tokens":1024,"loads":"descriptor","merge":"fold"}'
-        bench_best gqa_decode triton_gqa_decode.py tma b16-kv8192 b64-kv2048
         ;;
     gqa_b1)
         # Batch 1, where the kernel streams at 88 % (131072 tokens) and 74 % (32768) of copy and

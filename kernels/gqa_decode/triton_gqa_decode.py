@@ -30,10 +30,6 @@ split's K and V (`prefetch.global.L2`), holding no register. A prefetch changes 
 where every SM's reads and writes meet), so it may cover the new slot too. On a CUDA device
 only: the interpreter has no inline PTX.
 
-`loads` "descriptor" has the split kernel's loop read K and V through TMA (a tensor descriptor
-per cache, tiles of `block_n` tokens, which Triton pipelines over `num_stages` buffers) instead of
-through pointers; the early history's tile stays a pointer load.
-
 `early_dependents` True has the merge kernel let the kernel after it launch before its own wait,
 not after it, so that kernel (in a decoder block, the output projection, whose weights nothing
 writes) streams what it may read early while the split kernel still runs; without it, it
@@ -50,7 +46,6 @@ import math
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 LANGUAGE = "triton"
 PARAMS = {
@@ -64,10 +59,8 @@ PARAMS = {
     "early_history": [False, True],
     "prefetch_l2": [False, True],
     "early_dependents": [False, True],
-    "loads": ["pointer", "descriptor"],
 }
 MERGES = ("kernel", "fold")
-LOADS = tuple(PARAMS["loads"])
 
 LOG2E = 1.4426950408889634
 # On the H200 (session 8, call 1), 1024-token splits were the fastest of eight configurations at
@@ -85,7 +78,7 @@ def _split_kernel(
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_S: tl.constexpr, EARLY: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
-    GROUP_AT_ONCE: tl.constexpr, k_desc=None, v_desc=None, DESC: tl.constexpr = False,
+    GROUP_AT_ONCE: tl.constexpr,
 ):  # fmt: skip
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -134,16 +127,9 @@ def _split_kernel(
         offs = n0 + tl.arange(0, BLOCK_N)
         ok = offs < end
         rows = offs.to(tl.int64)[:, None]
-        if DESC:
-            # A split's tiles end at its end or the cache's, where TMA fills in zeros.
-            k = k_desc.load([b, h, n0, 0]).reshape(BLOCK_N, D)
-        else:
-            k = tl.load(k_base + rows * stride_kn + d[None, :], mask=ok[:, None], other=0.0)
+        k = tl.load(k_base + rows * stride_kn + d[None, :], mask=ok[:, None], other=0.0)
         m_i, alpha, p, l_i = _scores(q, k, ok, m_i, l_i, scale_log2, USE_DOT)
-        if DESC:
-            v = v_desc.load([b, h, n0, 0]).reshape(BLOCK_N, D)
-        else:
-            v = tl.load(v_base + rows * stride_vn + d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_base + rows * stride_vn + d[None, :], mask=ok[:, None], other=0.0)
         acc = _values(p, v, alpha, acc, USE_DOT)
     head = (b * HKV + h) * GROUP + g
     out = acc / l_i[:, None]
@@ -313,23 +299,6 @@ def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
     return held[-1]
 
 
-def _tiles(cache: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A TMA descriptor of a (batch, kv_heads, kv_len, head_dim) cache in tiles of `rows`
-    tokens; a ValueError naming what TMA cannot address (it needs a 16-byte aligned base and
-    strides)."""
-    size = cache.element_size()
-    odd = [f"base address {cache.data_ptr():#x}"] if cache.data_ptr() % 16 else []
-    odd += [f"stride {st * size} bytes" for st in cache.stride()[:3] if st * size % 16]
-    if odd:
-        raise ValueError(
-            f"loads='descriptor' needs a 16-byte aligned cache: {', '.join(odd)}; "
-            "use loads='pointer'"
-        )
-    return TensorDescriptor(
-        cache, list(cache.shape), list(cache.stride()), [1, 1, rows, cache.shape[3]]
-    )
-
-
 def kernel(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -344,12 +313,9 @@ def kernel(
     early_history: bool = False,
     prefetch_l2: bool = False,
     early_dependents: bool = False,
-    loads: str = "pointer",
 ) -> torch.Tensor:
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
-    if loads not in LOADS:
-        raise ValueError(f"loads must be one of {LOADS}, not {loads!r}")
     b, hq, d = q.shape
     _, hkv, kv_len, _ = k_cache.shape
     if kv_len == 0:
@@ -375,8 +341,6 @@ def kernel(
     # group's partials come to at most 64 values a thread
     group_at_once = fold and n_splits <= block_s and group & (group - 1) == 0
     group_at_once = group_at_once and group * block_s * d <= 2048 * num_warps
-    desc = loads == "descriptor"
-    descs = {"k_desc": _tiles(k_cache, block_n), "v_desc": _tiles(v_cache, block_n)} if desc else {}
     _split_kernel[(b * hkv, n_splits)](
         q, k_cache, v_cache, part_o, part_lse, out if fold else None,
         _arrival_counts(b * hkv, q.device) if fold else None, kv_len, split_tokens, n_splits,
@@ -387,7 +351,7 @@ def kernel(
         BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, FOLD=fold, BLOCK_S=fold_block_s,
         EARLY=bool(early_history), PREFETCH=bool(prefetch_l2) and q.device.type == "cuda",
         LINE=max(1, min(d, 128 // k_cache.element_size())), GROUP_AT_ONCE=group_at_once,
-        **descs, DESC=desc, num_warps=num_warps,
+        num_warps=num_warps,
         num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     if not fold:

@@ -102,18 +102,11 @@ def test_candidates_pass_and_a_wrong_head_mapping_is_rejected(task, tmp_path) ->
     specs = {
         "auto-split-no-dot": (triton_src, {"block_n": 32, "use_dot": False, "num_stages": 1}),
         "defaults": (triton_src, {}),
-        # TMA tiles ending at the cache's end (zero-filled) and, in 32-token splits, at a
-        # split's end
-        "descriptor": (triton_src, {"block_n": 16, "num_stages": 1, "loads": "descriptor"}),
-        "descriptor-fold": (
-            triton_src,
-            {"block_n": 16, "split_tokens": 32, "merge": "fold", "loads": "descriptor"},
-        ),
         "torch": (task.folder / "torch_gqa_decode.py", {"chunk": 1024}),
         "bug": (bug, TRITON_PARAMS),
     }
     ev = evaluate_on_cpu(task, specs)
-    for label in ("auto-split-no-dot", "defaults", "descriptor", "descriptor-fold", "torch"):
+    for label in ("auto-split-no-dot", "defaults", "torch"):
         verdict = ev.by_label(label)
         assert verdict.accepted, (label, verdict.reasons)
         assert max(s.rel_err for s in verdict.shapes.values()) < 2e-5
@@ -293,10 +286,6 @@ def test_an_unknown_merge_is_refused(task) -> None:
         {"prefetch_l2": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
         {"early_dependents": True, "split_tokens": 256},
         {"early_dependents": True, "early_history": True, "split_tokens": 256},
-        {"loads": "descriptor"},
-        {"loads": "descriptor", "block_n": 128, "split_tokens": 1024, "num_warps": 8},
-        {"loads": "descriptor", "merge": "fold", "split_tokens": 256},
-        {"loads": "descriptor", "early_history": True, "split_tokens": 256},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -310,13 +299,7 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "params",
-    [
-        {"merge": "kernel"},
-        {"merge": "fold"},
-        {"prefetch_l2": True},
-        {"early_dependents": True},
-        {"loads": "descriptor"},
-    ],
+    [{"merge": "kernel"}, {"merge": "fold"}, {"prefetch_l2": True}, {"early_dependents": True}],
 )
 def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
     task, params
@@ -527,21 +510,6 @@ def test_early_history_loads_only_the_first_tiles_k_and_v_before_the_wait(task, 
     assert_weights_stream_before_the_wait(ptx, 0, other_early=2 * 8)
     before = ptx.partition("griddepcontrol.wait")[0]
     assert all(".v4." in line for line in before.splitlines() if "ld.global" in line)
-
-
-def test_descriptor_loads_refuse_a_cache_tma_cannot_address(task) -> None:
-    """A 4-byte shifted cache and 2 float32 columns (8-byte rows) are refused before any
-    launch, naming what is wrong and the way out; an unknown `loads` is refused too."""
-    module = candidate_module(task, "triton_gqa_decode.py")
-    q = torch.zeros(1, 4, 4)
-    shifted = torch.zeros(1 + 2 * 16 * 4)[1:].view(1, 2, 16, 4)
-    with pytest.raises(ValueError, match=r"base address.*use loads='pointer'"):
-        module.kernel(q, shifted, shifted, block_n=16, loads="descriptor")
-    narrow = torch.zeros(1, 2, 16, 2)
-    with pytest.raises(ValueError, match="stride 8 bytes"):
-        module.kernel(torch.zeros(1, 4, 2), narrow, narrow, block_n=16, loads="descriptor")
-    with pytest.raises(ValueError, match="loads must be one of"):
-        module.kernel(q, shifted, shifted, loads="tma")
 
 
 def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
