@@ -38,12 +38,7 @@ reads nothing before its wait that a kernel before it writes, and writes nothing
 that one of them reads: that kernel's wait still waits for the merge, and the merge's for the
 split. With early_history the next call's split kernel may so launch, and read the cache's
 history, while this call's split runs: right because the split kernel writes no slot of the
-cache.
-
-`late_dependents` True has the merge kernel not let the kernel after it launch at all: it
-launches as the merge's programs end. That kernel's reads before its wait (in a decoder block,
-the output projection's weights, most of the bandwidth) then do not queue in front of the
-merge's reads of the partials, which every later step waits for."""
+cache."""
 
 import functools
 import math
@@ -64,7 +59,6 @@ PARAMS = {
     "early_history": [False, True],
     "prefetch_l2": [False, True],
     "early_dependents": [False, True],
-    "late_dependents": [False, True],
 }
 MERGES = ("kernel", "fold")
 
@@ -251,13 +245,13 @@ def _merge_group(
 @triton.jit
 def _merge_kernel(
     po_ptr, plse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_S: tl.constexpr,
-    PDL: tl.constexpr, EARLY_DEPENDENTS: tl.constexpr, LATE_DEPENDENTS: tl.constexpr = False,
+    PDL: tl.constexpr, EARLY_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     if PDL:
         if EARLY_DEPENDENTS:
             tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-        if not EARLY_DEPENDENTS and not LATE_DEPENDENTS:
+        if not EARLY_DEPENDENTS:
             tl.extra.cuda.gdc_launch_dependents()
     _merge_head(po_ptr, plse_ptr, out_ptr, tl.program_id(0), n_splits, D, BLOCK_S)
 
@@ -319,12 +313,9 @@ def kernel(
     early_history: bool = False,
     prefetch_l2: bool = False,
     early_dependents: bool = False,
-    late_dependents: bool = False,
 ) -> torch.Tensor:
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
-    if early_dependents and late_dependents:
-        raise ValueError("early_dependents and late_dependents exclude each other: pick one")
     b, hq, d = q.shape
     _, hkv, kv_len, _ = k_cache.shape
     if kv_len == 0:
@@ -366,7 +357,6 @@ def kernel(
     if not fold:
         _merge_kernel[(b * hq,)](
             part_o, part_lse, out, n_splits, D=d, BLOCK_S=block_s, PDL=pdl,
-            EARLY_DEPENDENTS=bool(early_dependents), LATE_DEPENDENTS=bool(late_dependents),
-            num_warps=4, launch_pdl=pdl,
+            EARLY_DEPENDENTS=bool(early_dependents), num_warps=4, launch_pdl=pdl,
         )  # fmt: skip
     return out

@@ -286,7 +286,6 @@ def test_an_unknown_merge_is_refused(task) -> None:
         {"prefetch_l2": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
         {"early_dependents": True, "split_tokens": 256},
         {"early_dependents": True, "early_history": True, "split_tokens": 256},
-        {"late_dependents": True, "early_history": True, "split_tokens": 128},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -300,13 +299,7 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "params",
-    [
-        {"merge": "kernel"},
-        {"merge": "fold"},
-        {"prefetch_l2": True},
-        {"early_dependents": True},
-        {"late_dependents": True},
-    ],
+    [{"merge": "kernel"}, {"merge": "fold"}, {"prefetch_l2": True}, {"early_dependents": True}],
 )
 def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
     task, params
@@ -456,8 +449,7 @@ def test_both_kernels_wait_for_the_kernel_before_them_before_reading(task, num_s
 def _merge_ptx(module, **constexprs) -> str:
     """The merge kernel's sm_90 PTX (d 128, 16 splits a block, 4 warps)."""
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "out_ptr": "*bf16", "n_splits": "i32"}
-    defaults = {"D": 128, "BLOCK_S": 16, "PDL": True}
-    constexprs = defaults | {"EARLY_DEPENDENTS": False, "LATE_DEPENDENTS": False} | constexprs
+    constexprs = {"D": 128, "BLOCK_S": 16, "PDL": True} | constexprs
     return hopper_ptx(module._merge_kernel, types, constexprs, 4)
 
 
@@ -472,25 +464,6 @@ def test_early_dependents_launch_the_next_kernel_before_the_merges_wait(task) ->
     assert "griddepcontrol.launch_dependents" not in after
     assert "ld.global" not in before and "st.global" not in before
     assert "ld.global" in after and "st.global" in after
-
-
-def test_late_dependents_leave_the_next_kernels_launch_to_the_merges_end(task) -> None:
-    """Compiled for sm_90: with late_dependents the merge kernel never lets its dependents
-    launch early (they launch as its programs end), and still waits before it loads."""
-    module = candidate_module(task, "triton_gqa_decode.py")
-    ptx = _merge_ptx(module, LATE_DEPENDENTS=True)
-    before, wait, after = ptx.partition("griddepcontrol.wait")
-    assert wait
-    assert "griddepcontrol.launch_dependents" not in ptx
-    assert "ld.global" not in before and "ld.global" in after
-    assert "griddepcontrol.launch_dependents" in _merge_ptx(module)
-
-
-def test_early_and_late_dependents_together_are_refused(task) -> None:
-    module = candidate_module(task, "triton_gqa_decode.py")
-    q, kv = torch.zeros(1, 4, 16), torch.zeros(1, 2, 8, 16)
-    with pytest.raises(ValueError, match="exclude each other"):
-        module.kernel(q, kv, kv, early_dependents=True, late_dependents=True)
 
 
 def _split_ptx(module, num_stages: int, **options) -> str:
