@@ -619,6 +619,20 @@ PLANS = [
             ),
         ]
     ),
+    # warp_pairs at the block sizes the pairs plans left out, beside their winners.
+    *(
+        Plan(
+            "cross_entropy",
+            "cupy_cross_entropy_resident.py",
+            [shape],
+            _grid({"threads": threads, "slice_kb": [8], "warp_pairs": [True]}),
+            tag=tag,
+        )
+        for tag, shape, threads in [
+            ("pairswide32k", "decode-64x32000", [128, 256, 512]),
+            ("pairswide128k", "decode-64x128256", [128, 512, 1024]),
+        ]
+    ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their
     # products end (late_dependents, 1.002-1.003x in the b16 blocks in session 25), per op:
     # Llama's, and DeepSeek-V3's (the MLA block's), at the blocks' configurations.

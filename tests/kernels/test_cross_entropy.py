@@ -144,7 +144,7 @@ def test_shipped_candidates_on_gpu(task) -> None:
         ("cluster", False, True),
     ],
 )
-@pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 64)])
+@pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 16), (1024, 64)])
 def test_resident_cross_entropy_on_edge_rows(
     task, threads, slice_kb, exchange, early_exit, warp_pairs
 ) -> None:
