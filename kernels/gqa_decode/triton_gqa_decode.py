@@ -38,13 +38,7 @@ reads nothing before its wait that a kernel before it writes, and writes nothing
 that one of them reads: that kernel's wait still waits for the merge, and the merge's for the
 split. With early_history the next call's split kernel may so launch, and read the cache's
 history, while this call's split runs: right because the split kernel writes no slot of the
-cache.
-
-`late_dependents` True has the split kernel let the kernel after it launch only once its loop
-over the cache is done, not right after its wait. With merge "fold" that kernel is the one after
-the attention (in a decoder block the output projection, whose reads before its wait would
-otherwise share the memory bandwidth with the whole split); it then streams only under the
-splits' ends and the last program's merge."""
+cache."""
 
 import functools
 import math
@@ -65,7 +59,6 @@ PARAMS = {
     "early_history": [False, True],
     "prefetch_l2": [False, True],
     "early_dependents": [False, True],
-    "late_dependents": [False, True],
 }
 MERGES = ("kernel", "fold")
 
@@ -85,7 +78,7 @@ def _split_kernel(
     HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, USE_DOT: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr,
     BLOCK_S: tl.constexpr, EARLY: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
-    GROUP_AT_ONCE: tl.constexpr, LATE_DEPENDENTS: tl.constexpr = False,
+    GROUP_AT_ONCE: tl.constexpr,
 ):  # fmt: skip
     pid_bh = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -113,8 +106,7 @@ def _split_kernel(
             _prefetch_l2(v_base + rows * stride_vn + lines[None, :])
     if PDL:
         tl.extra.cuda.gdc_wait()
-        if not LATE_DEPENDENTS:
-            tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_launch_dependents()
     g = tl.arange(0, GROUP_PAD)
     g_ok = g < GROUP
     q_rows = q_ptr + b.to(tl.int64) * stride_qb + (h * GROUP + g)[:, None] * stride_qh
@@ -139,8 +131,6 @@ def _split_kernel(
         m_i, alpha, p, l_i = _scores(q, k, ok, m_i, l_i, scale_log2, USE_DOT)
         v = tl.load(v_base + rows * stride_vn + d[None, :], mask=ok[:, None], other=0.0)
         acc = _values(p, v, alpha, acc, USE_DOT)
-    if PDL and LATE_DEPENDENTS:
-        tl.extra.cuda.gdc_launch_dependents()
     head = (b * HKV + h) * GROUP + g
     out = acc / l_i[:, None]
     part = head.to(tl.int64) * n_splits + pid_s
@@ -323,7 +313,6 @@ def kernel(
     early_history: bool = False,
     prefetch_l2: bool = False,
     early_dependents: bool = False,
-    late_dependents: bool = False,
 ) -> torch.Tensor:
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, not {merge!r}")
@@ -362,7 +351,7 @@ def kernel(
         BLOCK_N=block_n, USE_DOT=use_dot, PDL=pdl, FOLD=fold, BLOCK_S=fold_block_s,
         EARLY=bool(early_history), PREFETCH=bool(prefetch_l2) and q.device.type == "cuda",
         LINE=max(1, min(d, 128 // k_cache.element_size())), GROUP_AT_ONCE=group_at_once,
-        LATE_DEPENDENTS=bool(late_dependents), num_warps=num_warps,
+        num_warps=num_warps,
         num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
     if not fold:

@@ -286,7 +286,6 @@ def test_an_unknown_merge_is_refused(task) -> None:
         {"prefetch_l2": True, "block_n": 128, "split_tokens": 2048, "num_warps": 8},
         {"early_dependents": True, "split_tokens": 256},
         {"early_dependents": True, "early_history": True, "split_tokens": 256},
-        {"late_dependents": True, "merge": "fold", "early_history": True, "split_tokens": 128},
     ],
 )
 def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -300,13 +299,7 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "params",
-    [
-        {"merge": "kernel"},
-        {"merge": "fold"},
-        {"prefetch_l2": True},
-        {"early_dependents": True},
-        {"late_dependents": True, "merge": "fold"},
-    ],
+    [{"merge": "kernel"}, {"merge": "fold"}, {"prefetch_l2": True}, {"early_dependents": True}],
 )
 def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
     task, params
@@ -473,24 +466,6 @@ def test_early_dependents_launch_the_next_kernel_before_the_merges_wait(task) ->
     assert "ld.global" in after and "st.global" in after
 
 
-@pytest.mark.parametrize("fold", [False, True])
-def test_late_dependents_let_the_next_kernel_launch_after_the_loop(task, fold) -> None:
-    """Compiled for sm_90: with late_dependents the split kernel (merging or not) lets its
-    dependents launch once, after its last tile's loads (and after its wait), not before its
-    first; it still loads nothing before the wait."""
-    module = candidate_module(task, "triton_gqa_decode.py")
-    options = {"FOLD": True, "BLOCK_S": 16, "GROUP_AT_ONCE": True} if fold else {}
-    late = _split_ptx(module, 3, LATE_DEPENDENTS=True, **options)
-    assert_weights_stream_before_the_wait(late, 0)
-    assert late.count("griddepcontrol.launch_dependents") == 1
-    trigger = late.index("griddepcontrol.launch_dependents")
-    assert late.rfind("ld.global", 0, trigger) > late.index("griddepcontrol.wait")
-    early = _split_ptx(module, 3, **options)
-    loads_after_trigger = early[early.index("griddepcontrol.launch_dependents") :]
-    assert "ld.global" in loads_after_trigger
-    assert late[trigger:].count("ld.global") < loads_after_trigger.count("ld.global")
-
-
 def _split_ptx(module, num_stages: int, **options) -> str:
     """The split kernel's sm_90 PTX at batch 1's launch (8 KV heads of 4 query heads, d 128,
     64-token tiles, 4 warps; no fold, early history or prefetch), with `options` (FOLD and
@@ -503,7 +478,7 @@ def _split_ptx(module, num_stages: int, **options) -> str:
     types |= dict.fromkeys(names, "i32") | {"scale_log2": "fp32"}
     constexprs = {"HKV": 8, "GROUP": 4, "GROUP_PAD": 16, "D": 128, "BLOCK_N": 64, "USE_DOT": True}
     constexprs |= {"PDL": True, "EARLY": False, "FOLD": False, "BLOCK_S": 1, "GROUP_AT_ONCE": False}
-    constexprs |= {"PREFETCH": False, "LINE": 64, "LATE_DEPENDENTS": False} | options
+    constexprs |= {"PREFETCH": False, "LINE": 64} | options
     if constexprs["FOLD"]:
         types |= {"out_ptr": "*bf16", "count_ptr": "*i32"}
     else:
