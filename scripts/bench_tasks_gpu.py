@@ -633,17 +633,6 @@ PLANS = [
             ("pairswide128k", "decode-64x128256", [128, 512, 1024]),
         ]
     ),
-    # Llama's o projection at one row with more of W a thread (per_lane 16: by the sm_90
-    # build's registers, 18 one-warp programs an SM hold 144 KiB of W before the wait, against
-    # 128 KiB at the tables' block_n 2, per_lane 8).
-    Plan(
-        "linear_residual",
-        "triton_gemv_residual.py",
-        ["m1-n4096-k4096"],
-        _grid({"per_lane": [8, 16], "block_n": [1, 2]}),
-        tag="o16lane",
-        peers=FUSED_PEERS,
-    ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their
     # products end (late_dependents, 1.002-1.003x in the b16 blocks in session 25), per op:
     # Llama's, and DeepSeek-V3's (the MLA block's), at the blocks' configurations.

@@ -26,7 +26,7 @@ import triton.language as tl
 
 LANGUAGE = "triton"
 PARAMS = {
-    "per_lane": [1, 2, 4, 8, 16],
+    "per_lane": [1, 2, 4, 8],
     "block_n": [1, 2, 4],
     "rows": [1, 2, 4],
     "prefetch_ahead": [0, 256, 512, 1024, 2048],
