@@ -61,7 +61,8 @@ def assert_interpreted_and_mutant_caught(
     verdict = ev.by_label("shipped")
     assert verdict.accepted, verdict.reasons
     assert max(s.rel_err for s in verdict.shapes.values()) < 1e-5
-    assert [r.code for r in ev.by_label("bug").reasons] == ["mismatch"]
+    bug_reasons = ev.by_label("bug").reasons
+    assert [r.code for r in bug_reasons] == ["mismatch"], bug_reasons
 
 
 def gpu_evaluate(task: Task, shipped: list[tuple[str, dict]]) -> Evaluation:
