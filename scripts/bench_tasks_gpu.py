@@ -583,54 +583,52 @@ PLANS = [
         RESIDENT_DECODE_GRID,
         tag="256x32k",
     ),
-    # Only warp 0 at the exchange's second cluster barrier, and only block 0 waiting at it
-    # (session 14: at decode 64 x 128256, 54 % of the stall samples were barrier and
-    # memory-barrier stalls, a quarter of all at the cluster barrier's wait).
+    # The resident cross-entropy's exchange at the two decode shapes, one plan a (tag, shape):
+    # - exit*: only warp 0 at the exchange's second cluster barrier, and only block 0 waiting at
+    #   it (session 14: at decode 64 x 128256, 54 % of the stall samples were barrier and
+    #   memory-barrier stalls, a quarter of all at the cluster barrier's wait);
+    # - pairs*: each warp's pair straight to block 0 of the cluster (warp_pairs: no block
+    #   barrier, one combine fewer before the loss), against the tables' configuration then;
+    # - pairswide*: warp_pairs at the block sizes the pairs plans left out.
     *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid({"threads": [threads], "slice_kb": [8, 16], "early_exit": [False, True]}),
-            tag=tag,
-        )
-        for tag, shape, threads in [
-            ("exit32k", "decode-64x32000", 256),
-            ("exit128k", "decode-64x128256", 512),
-        ]
-    ),
-    # Each warp's pair straight to block 0 of the cluster (warp_pairs: no block barrier, one
-    # combine fewer before the loss), against the tables' configuration at each decode shape.
-    *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid({"threads": threads, "slice_kb": [8, 16], "warp_pairs": [True]}, table),
-            tag=tag,
-        )
-        for tag, shape, threads, table in [
-            ("pairs32k", "decode-64x32000", [128, 256], {"threads": 256, "slice_kb": 8}),
+        Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
+        for tag, shape, configs in [
+            (
+                "exit32k",
+                "decode-64x32000",
+                _grid({"threads": [256], "slice_kb": [8, 16], "early_exit": [False, True]}),
+            ),
+            (
+                "exit128k",
+                "decode-64x128256",
+                _grid({"threads": [512], "slice_kb": [8, 16], "early_exit": [False, True]}),
+            ),
+            (
+                "pairs32k",
+                "decode-64x32000",
+                _grid(
+                    {"threads": [128, 256], "slice_kb": [8, 16], "warp_pairs": [True]},
+                    {"threads": 256, "slice_kb": 8},
+                ),
+            ),
             (
                 "pairs128k",
                 "decode-64x128256",
-                [256, 512],
-                {"threads": 512, "slice_kb": 16, "early_exit": True},
+                _grid(
+                    {"threads": [256, 512], "slice_kb": [8, 16], "warp_pairs": [True]},
+                    {"threads": 512, "slice_kb": 16, "early_exit": True},
+                ),
             ),
-        ]
-    ),
-    # warp_pairs at the block sizes the pairs plans left out, beside their winners.
-    *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid({"threads": threads, "slice_kb": [8], "warp_pairs": [True]}),
-            tag=tag,
-        )
-        for tag, shape, threads in [
-            ("pairswide32k", "decode-64x32000", [128, 256, 512]),
-            ("pairswide128k", "decode-64x128256", [128, 512, 1024]),
+            (
+                "pairswide32k",
+                "decode-64x32000",
+                _grid({"threads": [128, 256, 512], "slice_kb": [8], "warp_pairs": [True]}),
+            ),
+            (
+                "pairswide128k",
+                "decode-64x128256",
+                _grid({"threads": [128, 512, 1024], "slice_kb": [8], "warp_pairs": [True]}),
+            ),
         ]
     ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their

@@ -259,21 +259,22 @@ def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) ->
     assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")
 
 
+def _cluster8_ptx(task, **exchange) -> str:
+    """The resident kernel's sm_90 PTX at 32000 columns over a cluster of 8 blocks of 256
+    threads, with the exchange's options `exchange` (early_exit, warp_pairs)."""
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    launch = module.plan(32000 // 8, 256, 8)
+    assert launch.cluster == 8
+    options = module.compile_options(256, launch, **exchange)
+    return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
+
+
 def test_with_early_exit_the_other_blocks_release_their_pair_and_do_not_wait(task) -> None:
     """Compiled for sm_90 over a cluster of 8: with early_exit the kernel has a second release
     arrive, the path of the blocks other than block 0, with no wait after it; the two waits are
     the first barrier's and block 0's. Without it every thread takes one release arrive and two
     waits. (The GPU edge-row tests check the results.)"""
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    launch = module.plan(32000 // 8, 256, 8)
-    assert launch.cluster == 8
-
-    def ptx(early_exit: bool) -> str:
-        return cuda_ptx(
-            module.SOURCE, ["-arch=sm_90", *module.compile_options(256, launch, early_exit)]
-        )
-
-    plain, early = ptx(False), ptx(True)
+    plain, early = _cluster8_ptx(task), _cluster8_ptx(task, early_exit=True)
     assert plain.count("barrier.cluster.wait") == 2
     assert early.count("barrier.cluster.wait") == 2
     # the blocks other than block 0 release their pair and leave without waiting
@@ -287,15 +288,7 @@ def test_with_warp_pairs_no_block_barrier_and_every_warp_but_one_leaves(task) ->
     (the arrive of those that leave, and block 0's warp 0's before its wait), and block 0 keeps
     room for every warp's pair (64), where without it a block combines its warps first, at a
     block barrier, and block 0 keeps one pair a block."""
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
-    launch = module.plan(32000 // 8, 256, 8)
-    assert launch.cluster == 8
-
-    def ptx(warp_pairs: bool) -> str:
-        options = module.compile_options(256, launch, warp_pairs=warp_pairs)
-        return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
-
-    plain, pairs = ptx(False), ptx(True)
+    plain, pairs = _cluster8_ptx(task), _cluster8_ptx(task, warp_pairs=True)
     assert re.search(r"\bbar(rier)?\.sync\b", plain)
     assert not re.search(r"\bbar(rier)?\.sync\b", pairs)
     assert pairs.count("barrier.cluster.arrive.release") == 2
