@@ -589,7 +589,11 @@ PLANS = [
     #   memory-barrier stalls, a quarter of all at the cluster barrier's wait);
     # - pairs*: each warp's pair straight to block 0 of the cluster (warp_pairs: no block
     #   barrier, one combine fewer before the loss), against the tables' configuration then;
-    # - pairswide*: warp_pairs at the block sizes the pairs plans left out.
+    # - pairswide*: warp_pairs at the block sizes the pairs plans left out;
+    # - async*: the warps' pairs sent as asynchronous stores counted in on a transaction barrier
+    #   in block 0 (async_pairs: no release fence, no second cluster barrier; session 14's
+    #   profile at 64 x 32000 had 13 % of its stall samples at memory barriers), and the warp
+    #   max as one redux (redux_max), against warp_pairs alone.
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -628,6 +632,32 @@ PLANS = [
                 "pairswide128k",
                 "decode-64x128256",
                 _grid({"threads": [128, 512, 1024], "slice_kb": [8], "warp_pairs": [True]}),
+            ),
+            (
+                "async32k",
+                "decode-64x32000",
+                _grid(
+                    {
+                        "threads": [128, 256],
+                        "slice_kb": [8],
+                        "warp_pairs": [True],
+                        "async_pairs": [False, True],
+                        "redux_max": [False, True],
+                    }
+                ),
+            ),
+            (
+                "async128k",
+                "decode-64x128256",
+                _grid(
+                    {
+                        "threads": [512],
+                        "slice_kb": [8, 16],
+                        "warp_pairs": [True],
+                        "async_pairs": [False, True],
+                        "redux_max": [False, True],
+                    }
+                ),
             ),
         ]
     ),

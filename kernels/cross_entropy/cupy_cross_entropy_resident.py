@@ -21,6 +21,11 @@ pair straight into block 0's shared memory, and every warp but block 0's warp 0 
 has released its pair; block 0's warp 0 waits at the one cluster barrier and combines the
 cluster's pairs, several a lane. A row's end then takes no block barrier and one combine fewer
 on its way to the loss (`early_exit` is then moot: every warp leaves early).
+With `async_pairs` as well, each warp sends its pair with asynchronous stores (`st.async`) that
+count their bytes in on a transaction barrier (mbarrier) in block 0: no warp fences its stores or
+arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier until every pair
+has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
+ints of the same order, not five shuffles.
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -45,6 +50,8 @@ PARAMS = {
     "exchange": ["cluster", "global"],
     "early_exit": [False, True],
     "warp_pairs": [False, True],
+    "async_pairs": [False, True],
+    "redux_max": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -85,23 +92,52 @@ __device__ __forceinline__ void cluster_barrier() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Writes v into `slot` of block `rank` of this cluster (distributed shared memory).
-__device__ __forceinline__ void store_to_block(float* slot, unsigned rank, float v) {
-    unsigned addr = (unsigned)__cvta_generic_to_shared(slot);
+// The address of `p` (this block's shared memory) in block `rank` of this cluster.
+__device__ __forceinline__ unsigned in_block(const void* p, unsigned rank) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(v) : "memory");
+    return remote;
 }
+// Writes v into `slot` of block `rank` of this cluster (distributed shared memory).
+__device__ __forceinline__ void store_to_block(float* slot, unsigned rank, float v) {
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(in_block(slot, rank)), "f"(v)
+                 : "memory");
+}
+#if ASYNC_PAIRS
+// Writes v into `slot` of block `rank` and counts its 4 bytes in on that block's transaction
+// barrier `bar`: the writer neither fences nor waits.
+__device__ __forceinline__ void store_async_to_block(float* slot, unsigned rank, float v,
+                                                     unsigned long long* bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+                 :: "r"(in_block(slot, rank)), "f"(v), "r"(in_block(bar, rank)) : "memory");
+}
+#endif
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
 #define CLUSTER_DIMS
 #endif
 
+#if REDUX_MAX
+// One redux instruction on the floats' bits mapped to ints of the same order (a negative
+// float's magnitude bits flipped); a positive NaN wins, where the shuffles' fmaxf drops it (a
+// NaN logit makes its row's sum, so its loss, NaN either way).
+__device__ __forceinline__ int order_key(float v) {
+    const int i = __float_as_int(v);
+    return i >= 0 ? i : i ^ 0x7fffffff;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    int r;
+    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(order_key(v)));
+    return __int_as_float(r >= 0 ? r : r ^ 0x7fffffff);
+}
+#else
 __device__ __forceinline__ float warp_max(float v) {
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     return v;
 }
+#endif
 __device__ __forceinline__ float warp_sum(float v) {
     #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -163,6 +199,18 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     // owner (so no block reads another's shared memory, and none waits to leave).
     __shared__ float parts_m[PAIRS], parts_s[PAIRS];
     const unsigned rank = cluster_rank();
+#if ASYNC_PAIRS
+    // Block 0's: its phase completes once every warp's pair (8 bytes) has landed.
+    __shared__ __align__(8) unsigned long long pairs_in;
+    if (rank == 0 && threadIdx.x == 0) {
+        const unsigned bar = (unsigned)__cvta_generic_to_shared(&pairs_in);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     :: "r"(bar), "n"(PAIRS * 8) : "memory");
+        // made visible to the cluster by the barrier below, before any block writes a pair
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+#endif
     cluster_arrive();
 #else
     const unsigned rank = blockIdx.x % BLOCKS;
@@ -222,6 +270,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     // Each warp hands its pair to block 0 and leaves, but block 0's warp 0, which waits for
     // them all (the release orders the pair before the arrival it is read after).
     cluster_wait();
+#if ASYNC_PAIRS
+    // Asynchronous stores counted in on block 0's barrier: no release, no second cluster
+    // barrier; block 0's warp 0 waits for the bytes alone.
+    if (lane == 0) {
+        store_async_to_block(&parts_m[rank * WARPS + warp], 0, mw, &pairs_in);
+        store_async_to_block(&parts_s[rank * WARPS + warp], 0, s, &pairs_in);
+    }
+    if (rank != 0 || warp != 0) return;
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&pairs_in);
+    for (unsigned landed = 0; !landed;) {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(landed) : "r"(bar) : "memory");
+    }
+#else
     if (lane == 0) {
         store_to_block(&parts_m[rank * WARPS + warp], 0, mw);
         store_to_block(&parts_s[rank * WARPS + warp], 0, s);
@@ -232,6 +295,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         return;
     }
     cluster_barrier();
+#endif
     float m_all, s_all;
     combine_strided<PAIRS>(parts_m, parts_s, m_all, s_all);
 #else
@@ -343,11 +407,16 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
 
 
 def compile_options(
-    threads: int, launch: Launch, early_exit: bool = False, warp_pairs: bool = False
+    threads: int,
+    launch: Launch,
+    early_exit: bool = False,
+    warp_pairs: bool = False,
+    async_pairs: bool = False,
+    redux_max: bool = False,
 ) -> tuple[str, ...]:
-    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and exchange (EARLY_EXIT,
-    WARP_PAIRS). The block size is a compile-time constant so that each thread's vector offsets
-    are immediates, not registers."""
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90), exchange (EARLY_EXIT,
+    WARP_PAIRS, ASYNC_PAIRS) and warp max (REDUX_MAX: redux needs sm_80). The block size is a
+    compile-time constant so that each thread's vector offsets are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -356,6 +425,8 @@ def compile_options(
         f"-DCLUSTER={launch.cluster}",
         f"-DEARLY_EXIT={int(early_exit)}",
         f"-DWARP_PAIRS={int(warp_pairs)}",
+        f"-DASYNC_PAIRS={int(async_pairs)}",
+        f"-DREDUX_MAX={int(redux_max)}",
     )
 
 
@@ -379,11 +450,18 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(threads: int, launch: Launch, early_exit: bool, warp_pairs: bool):
+def _compiled(
+    threads: int,
+    launch: Launch,
+    early_exit: bool,
+    warp_pairs: bool,
+    async_pairs: bool,
+    redux_max: bool,
+):
     return cupy.RawKernel(
         SOURCE,
         "cross_entropy_resident_bf16",
-        options=compile_options(threads, launch, early_exit, warp_pairs),
+        options=compile_options(threads, launch, early_exit, warp_pairs, async_pairs, redux_max),
     )
 
 
@@ -395,6 +473,8 @@ def kernel(
     exchange: str = "cluster",
     early_exit: bool = False,
     warp_pairs: bool = False,
+    async_pairs: bool = False,
+    redux_max: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -416,13 +496,14 @@ def kernel(
     warp_pairs = warp_pairs and launch.cluster > 1  # only a cluster takes warps' pairs
     # no cluster barrier to leave early; with warp_pairs every warp leaves early
     early_exit = early_exit and launch.cluster > 1 and not warp_pairs
+    async_pairs = async_pairs and warp_pairs  # the warps' pairs, sent asynchronously
     if launch.cluster > 1 and torch.cuda.get_device_capability(x.device) < CLUSTER_MIN_CAPABILITY:
         raise ValueError("rows longer than slice_kb need thread-block clusters (sm_90)")
     partial = arrived = None
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    kern = _compiled(threads, launch, early_exit, warp_pairs)
+    kern = _compiled(threads, launch, early_exit, warp_pairs, async_pairs, redux_max)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

@@ -160,6 +160,17 @@ def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
         )
 
 
+# The resident candidates' exchange options compiled beside each plain launch: all but the
+# last only where a cluster takes the row.
+REDUX_ONLY = {"redux_max": True}
+EXCHANGE_OPTIONS = (
+    {"early_exit": True},
+    {"warp_pairs": True},
+    {"warp_pairs": True, "async_pairs": True, "redux_max": True},
+    REDUX_ONLY,
+)
+
+
 def assert_resident_launches_compile(task: Task, candidate: str) -> None:
     """Every (threads, slice_kb[, stages][, exchange]) of a row-resident CuPy candidate's PARAMS
     that its plan takes, at every GPU vocabulary of `task`, compiles for sm_90 (and sm_80 where
@@ -188,12 +199,12 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",
         )
-        for flag in ("early_exit", "warp_pairs"):
-            if flag in space and launch.cluster > 1:
+        for options in EXCHANGE_OPTIONS:
+            if set(options) <= set(space) and (launch.cluster > 1 or options == REDUX_ONLY):
                 assert_cuda_compiles(
                     module.SOURCE,
-                    [f"-arch={arch}", *module.compile_options(threads, launch, **{flag: True})],
-                    f"{candidate} {arch} threads={threads} {launch} {flag}",
+                    [f"-arch={arch}", *module.compile_options(threads, launch, **options)],
+                    f"{candidate} {arch} threads={threads} {launch} {options}",
                 )
 
 

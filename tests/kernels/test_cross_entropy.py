@@ -128,6 +128,20 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 512, "slice_kb": 16, "warp_pairs": True},
             ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 256, "slice_kb": 8, "warp_pairs": True, "async_pairs": True},
+            ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {
+                    "threads": 512,
+                    "slice_kb": 16,
+                    "warp_pairs": True,
+                    "async_pairs": True,
+                    "redux_max": True,
+                },
+            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -136,17 +150,20 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "exchange,early_exit,warp_pairs",
+    "exchange,early_exit,warp_pairs,async_pairs,redux_max",
     [
-        ("cluster", False, False),
-        ("global", False, False),
-        ("cluster", True, False),
-        ("cluster", False, True),
+        ("cluster", False, False, False, False),
+        ("global", False, False, False, False),
+        ("cluster", True, False, False, False),
+        ("cluster", False, True, False, False),
+        ("cluster", False, True, True, False),
+        ("cluster", False, True, True, True),
+        ("global", False, False, False, True),
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 16), (1024, 64)])
 def test_resident_cross_entropy_on_edge_rows(
-    task, threads, slice_kb, exchange, early_exit, warp_pairs
+    task, threads, slice_kb, exchange, early_exit, warp_pairs, async_pairs, redux_max
 ) -> None:
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
@@ -156,7 +173,7 @@ def test_resident_cross_entropy_on_edge_rows(
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
         got = module.kernel(
-            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs
+            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs, async_pairs, redux_max
         ).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
@@ -261,7 +278,8 @@ def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) ->
 
 def _cluster8_ptx(task, **exchange) -> str:
     """The resident kernel's sm_90 PTX at 32000 columns over a cluster of 8 blocks of 256
-    threads, with the exchange's options `exchange` (early_exit, warp_pairs)."""
+    threads, with the exchange's options `exchange` (early_exit, warp_pairs, async_pairs,
+    redux_max)."""
     module = candidate_module(task, "cupy_cross_entropy_resident.py")
     launch = module.plan(32000 // 8, 256, 8)
     assert launch.cluster == 8
@@ -296,6 +314,33 @@ def test_with_warp_pairs_no_block_barrier_and_every_warp_but_one_leaves(task) ->
     # (PTX sizes shared arrays in bytes: 64 and 8 floats)
     assert re.search(r"\.shared .*parts_m\[256\]", pairs)
     assert re.search(r"\.shared .*parts_m\[32\]", plain)
+
+
+def test_with_async_pairs_the_pairs_land_on_block_0s_barrier_and_no_warp_fences(task) -> None:
+    """Compiled for sm_90 over a cluster of 8 blocks of 8 warps: with async_pairs each warp's two
+    values go to block 0 as asynchronous stores counted in on block 0's transaction barrier,
+    which expects every warp's 8 bytes (64 pairs, 512 bytes); no warp takes a release arrive or
+    a second cluster barrier, and block 0's warp 0 waits on the transaction barrier instead."""
+    pairs = _cluster8_ptx(task, warp_pairs=True)
+    sent = _cluster8_ptx(task, warp_pairs=True, async_pairs=True)
+    assert pairs.count("st.async") == 0
+    assert len(re.findall(r"st\.async\.shared::cluster\.mbarrier::complete_tx::bytes", sent)) == 2
+    assert re.search(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64\s+_, \[%r\d+\], 512;", sent)
+    assert "fence.mbarrier_init.release.cluster" in sent
+    assert "mbarrier.try_wait.parity.acquire.cluster" in sent
+    assert "barrier.cluster.arrive.release" not in sent
+    assert sent.count("barrier.cluster.wait") == 1  # the first barrier's, before any pair
+    assert pairs.count("barrier.cluster.wait") == 2
+
+
+def test_with_redux_max_a_warp_max_is_one_redux_not_five_shuffles(task) -> None:
+    """Over a cluster of 8 with warp_pairs there are two warp maxes (each warp's, block 0's
+    combine): with redux_max each is one redux.sync and ten shuffles are gone."""
+    shuffles = _cluster8_ptx(task, warp_pairs=True)
+    redux = _cluster8_ptx(task, warp_pairs=True, redux_max=True)
+    assert "redux.sync" not in shuffles
+    assert redux.count("redux.sync.max.s32") == 2
+    assert shuffles.count("shfl.sync") - redux.count("shfl.sync") == 10
 
 
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
