@@ -593,7 +593,9 @@ PLANS = [
     # - async*: the warps' pairs sent as asynchronous stores counted in on a transaction barrier
     #   in block 0 (async_pairs: no release fence, no second cluster barrier; session 14's
     #   profile at 64 x 32000 had 13 % of its stall samples at memory barriers), and the warp
-    #   max as one redux (redux_max), against warp_pairs alone.
+    #   max as one redux (redux_max), against warp_pairs alone;
+    # - tune*: with both, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads' 256-byte
+    #   L2 fetch hint (prefetch_256b).
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -656,6 +658,34 @@ PLANS = [
                         "warp_pairs": [True],
                         "async_pairs": [False, True],
                         "redux_max": [False, True],
+                    }
+                ),
+            ),
+            (
+                "tune32k",
+                "decode-64x32000",
+                _grid(
+                    {
+                        "threads": [128, 256],
+                        "slice_kb": [8, 16],
+                        "warp_pairs": [True],
+                        "async_pairs": [True],
+                        "redux_max": [True],
+                        "prefetch_256b": [False, True],
+                    }
+                ),
+            ),
+            (
+                "tune128k",
+                "decode-64x128256",
+                _grid(
+                    {
+                        "threads": [256, 512],
+                        "slice_kb": [16],
+                        "warp_pairs": [True],
+                        "async_pairs": [True],
+                        "redux_max": [True],
+                        "prefetch_256b": [False, True],
                     }
                 ),
             ),

@@ -25,7 +25,8 @@ With `async_pairs` as well, each warp sends its pair with asynchronous stores (`
 count their bytes in on a transaction barrier (mbarrier) in block 0: no warp fences its stores or
 arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier until every pair
 has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
-ints of the same order, not five shuffles.
+ints of the same order, not five shuffles. With `prefetch_256b` each row load asks L2 to fetch
+the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value.
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -52,6 +53,7 @@ PARAMS = {
     "warp_pairs": [False, True],
     "async_pairs": [False, True],
     "redux_max": [False, True],
+    "prefetch_256b": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -117,6 +119,19 @@ __device__ __forceinline__ void store_async_to_block(float* slot, unsigned rank,
 #else
 #define CLUSTER_DIMS
 #endif
+
+// A row's 16 bytes, streamed (evict-first); with PREFETCH_256B L2 fetches the 256-byte block
+// around them from DRAM at once.
+__device__ __forceinline__ uint4 load_row(const uint4* p) {
+#if PREFETCH_256B
+    uint4 r;
+    asm("ld.global.cs.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+#else
+    return __ldcs(p);
+#endif
+}
 
 #if REDUX_MAX
 // One redux instruction on the floats' bits mapped to ints of the same order (a negative
@@ -227,12 +242,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     uint4 p[VPT];
     if (whole) {
         #pragma unroll
-        for (int u = 0; u < VPT; ++u) p[u] = __ldcs(xt + u * THREADS);
+        for (int u = 0; u < VPT; ++u) p[u] = load_row(xt + u * THREADS);
     } else {
         #pragma unroll
         for (int u = 0; u < VPT; ++u) {
             p[u] = v0 + (int)threadIdx.x + u * THREADS < v1
-                ? __ldcs(xt + u * THREADS)
+                ? load_row(xt + u * THREADS)
                 : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // -inf
         }
     }
@@ -413,10 +428,12 @@ def compile_options(
     warp_pairs: bool = False,
     async_pairs: bool = False,
     redux_max: bool = False,
+    prefetch_256b: bool = False,
 ) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90), exchange (EARLY_EXIT,
-    WARP_PAIRS, ASYNC_PAIRS) and warp max (REDUX_MAX: redux needs sm_80). The block size is a
-    compile-time constant so that each thread's vector offsets are immediates, not registers."""
+    WARP_PAIRS, ASYNC_PAIRS), warp max (REDUX_MAX: redux needs sm_80) and load hint
+    (PREFETCH_256B). The block size is a compile-time constant so that each thread's vector
+    offsets are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -427,6 +444,7 @@ def compile_options(
         f"-DWARP_PAIRS={int(warp_pairs)}",
         f"-DASYNC_PAIRS={int(async_pairs)}",
         f"-DREDUX_MAX={int(redux_max)}",
+        f"-DPREFETCH_256B={int(prefetch_256b)}",
     )
 
 
@@ -457,11 +475,14 @@ def _compiled(
     warp_pairs: bool,
     async_pairs: bool,
     redux_max: bool,
+    prefetch_256b: bool,
 ):
     return cupy.RawKernel(
         SOURCE,
         "cross_entropy_resident_bf16",
-        options=compile_options(threads, launch, early_exit, warp_pairs, async_pairs, redux_max),
+        options=compile_options(
+            threads, launch, early_exit, warp_pairs, async_pairs, redux_max, prefetch_256b
+        ),
     )
 
 
@@ -475,6 +496,7 @@ def kernel(
     warp_pairs: bool = False,
     async_pairs: bool = False,
     redux_max: bool = False,
+    prefetch_256b: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -503,7 +525,7 @@ def kernel(
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    kern = _compiled(threads, launch, early_exit, warp_pairs, async_pairs, redux_max)
+    kern = _compiled(threads, launch, early_exit, warp_pairs, async_pairs, redux_max, prefetch_256b)
     kern(
         (n_rows * launch.blocks,),
         (threads,),

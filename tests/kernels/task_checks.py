@@ -160,14 +160,14 @@ def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
         )
 
 
-# The resident candidates' exchange options compiled beside each plain launch: all but the
-# last only where a cluster takes the row.
-REDUX_ONLY = {"redux_max": True}
+# The resident candidates' exchange (and warp max, load hint) options compiled beside each plain
+# launch: all but the last only where a cluster takes the row.
+NO_EXCHANGE = {"redux_max": True, "prefetch_256b": True}
 EXCHANGE_OPTIONS = (
     {"early_exit": True},
     {"warp_pairs": True},
     {"warp_pairs": True, "async_pairs": True, "redux_max": True},
-    REDUX_ONLY,
+    NO_EXCHANGE,
 )
 
 
@@ -200,7 +200,7 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             f"{candidate} {arch} threads={threads} {launch}",
         )
         for options in EXCHANGE_OPTIONS:
-            if set(options) <= set(space) and (launch.cluster > 1 or options == REDUX_ONLY):
+            if set(options) <= set(space) and (launch.cluster > 1 or options is NO_EXCHANGE):
                 assert_cuda_compiles(
                     module.SOURCE,
                     [f"-arch={arch}", *module.compile_options(threads, launch, **options)],

@@ -150,21 +150,22 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "exchange,early_exit,warp_pairs,async_pairs,redux_max",
+    "exchange,options",
     [
-        ("cluster", False, False, False, False),
-        ("global", False, False, False, False),
-        ("cluster", True, False, False, False),
-        ("cluster", False, True, False, False),
-        ("cluster", False, True, True, False),
-        ("cluster", False, True, True, True),
-        ("global", False, False, False, True),
+        ("cluster", {}),
+        ("global", {}),
+        ("cluster", {"early_exit": True}),
+        ("cluster", {"warp_pairs": True}),
+        ("cluster", {"warp_pairs": True, "async_pairs": True}),
+        (
+            "cluster",
+            {"warp_pairs": True, "async_pairs": True, "redux_max": True, "prefetch_256b": True},
+        ),
+        ("global", {"redux_max": True, "prefetch_256b": True}),
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 16), (1024, 64)])
-def test_resident_cross_entropy_on_edge_rows(
-    task, threads, slice_kb, exchange, early_exit, warp_pairs, async_pairs, redux_max
-) -> None:
+def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, options) -> None:
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
@@ -172,9 +173,7 @@ def test_resident_cross_entropy_on_edge_rows(
     for cols in EDGE_COLUMNS:
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
-        got = module.kernel(
-            x, targets, threads, slice_kb, exchange, early_exit, warp_pairs, async_pairs, redux_max
-        ).double()
+        got = module.kernel(x, targets, threads, slice_kb, exchange, **options).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
 
