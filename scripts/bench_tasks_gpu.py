@@ -595,7 +595,10 @@ PLANS = [
     #   profile at 64 x 32000 had 13 % of its stall samples at memory barriers), and the warp
     #   max as one redux (redux_max), against warp_pairs alone;
     # - tune*: with both, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads' 256-byte
-    #   L2 fetch hint (prefetch_256b).
+    #   L2 fetch hint (prefetch_256b);
+    # - first*: with both, the target's index loaded before the row and its logit while the row
+    #   is summed (target_first: the compiled code had block 0's warp 0 wait for the two, one
+    #   after the other, between its row's arrival and its sum).
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -672,6 +675,34 @@ PLANS = [
                         "async_pairs": [True],
                         "redux_max": [True],
                         "prefetch_256b": [False, True],
+                    }
+                ),
+            ),
+            (
+                "first32k",
+                "decode-64x32000",
+                _grid(
+                    {
+                        "threads": [128, 256],
+                        "slice_kb": [8],
+                        "warp_pairs": [True],
+                        "async_pairs": [True],
+                        "redux_max": [True],
+                        "target_first": [False, True],
+                    }
+                ),
+            ),
+            (
+                "first128k",
+                "decode-64x128256",
+                _grid(
+                    {
+                        "threads": [512],
+                        "slice_kb": [8, 16],
+                        "warp_pairs": [True],
+                        "async_pairs": [True],
+                        "redux_max": [True],
+                        "target_first": [False, True],
                     }
                 ),
             ),

@@ -26,7 +26,10 @@ count their bytes in on a transaction barrier (mbarrier) in block 0: no warp fen
 arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier until every pair
 has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
 ints of the same order, not five shuffles. With `prefetch_256b` each row load asks L2 to fetch
-the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value.
+the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value. With
+`target_first` the loss's warp loads the target's index before the row and its logit while the
+row is summed; without it the compiled code loads both only once the row's first vectors have
+arrived, one after the other, and waits for them before it sums.
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -54,6 +57,7 @@ PARAMS = {
     "async_pairs": [False, True],
     "redux_max": [False, True],
     "prefetch_256b": [False, True],
+    "target_first": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -238,6 +242,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     // A thread whose vectors all lie in the slice (all but the last few) loads and stores
     // without a bounds check: kept predicates would cost a register per vector.
     const uint4* xt = xv + v0 + threadIdx.x;
+#if TARGET_FIRST
+    // The loss's warp (with a global exchange, warp 0 of each block, as any may finish last)
+    // loads the target before the row's vectors, and its logit, at a column clamped into the row
+    // so that no branch waits for it, while they are summed: it waits for neither before its own
+    // sum, where the branch below waits for both (the compiler issues it after the first use of
+    // the row's vectors).
+    const bool loss_warp = (GLOBAL_EXCHANGE || rank == 0) && threadIdx.x < 32;
+    long long target = loss_warp ? __ldg(targets + row) : 0;
+#endif
     const bool whole = v0 + (int)threadIdx.x + (VPT - 1) * THREADS < v1;
     uint4 p[VPT];
     if (whole) {
@@ -252,6 +265,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         }
     }
 
+#if TARGET_FIRST
+    unsigned short picked_bits = 0;
+    if (loss_warp) {
+        const long long column = min(max(target, 0LL), (long long)n_vec * 8 - 1);
+        picked_bits = __ldg(reinterpret_cast<const unsigned short*>(xv) + column);
+    }
+#else
     // The target's logit, fetched while the row's loads are in flight (by the thread that
     // writes the loss: with a global exchange, whichever block of the row finishes last).
     long long target = 0;
@@ -261,6 +281,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         if (target >= 0 && target < (long long)n_vec * 8)
             picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
     }
+#endif
 
     // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
     // the block's and the cluster's max only rescale the sums.
@@ -366,6 +387,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
 #endif
 #endif  // WARP_PAIRS
     if (lane == 0) {
+#if TARGET_FIRST
+        const float picked = bf_lo(picked_bits);
+#endif
         float out;
         if (target == IGNORE_INDEX) out = 0.f;
         else if (target < 0 || target >= (long long)n_vec * 8) out = __int_as_float(0x7fc00000);
@@ -429,11 +453,12 @@ def compile_options(
     async_pairs: bool = False,
     redux_max: bool = False,
     prefetch_256b: bool = False,
+    target_first: bool = False,
 ) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90), exchange (EARLY_EXIT,
-    WARP_PAIRS, ASYNC_PAIRS), warp max (REDUX_MAX: redux needs sm_80) and load hint
-    (PREFETCH_256B). The block size is a compile-time constant so that each thread's vector
-    offsets are immediates, not registers."""
+    WARP_PAIRS, ASYNC_PAIRS), warp max (REDUX_MAX: redux needs sm_80), load hint
+    (PREFETCH_256B) and target fetch (TARGET_FIRST). The block size is a compile-time constant
+    so that each thread's vector offsets are immediates, not registers."""
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
@@ -445,6 +470,7 @@ def compile_options(
         f"-DASYNC_PAIRS={int(async_pairs)}",
         f"-DREDUX_MAX={int(redux_max)}",
         f"-DPREFETCH_256B={int(prefetch_256b)}",
+        f"-DTARGET_FIRST={int(target_first)}",
     )
 
 
@@ -468,21 +494,9 @@ def _arrival_counts(n_rows: int, device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
-def _compiled(
-    threads: int,
-    launch: Launch,
-    early_exit: bool,
-    warp_pairs: bool,
-    async_pairs: bool,
-    redux_max: bool,
-    prefetch_256b: bool,
-):
+def _compiled(threads: int, launch: Launch, **options: bool):
     return cupy.RawKernel(
-        SOURCE,
-        "cross_entropy_resident_bf16",
-        options=compile_options(
-            threads, launch, early_exit, warp_pairs, async_pairs, redux_max, prefetch_256b
-        ),
+        SOURCE, "cross_entropy_resident_bf16", options=compile_options(threads, launch, **options)
     )
 
 
@@ -497,6 +511,7 @@ def kernel(
     async_pairs: bool = False,
     redux_max: bool = False,
     prefetch_256b: bool = False,
+    target_first: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -525,7 +540,16 @@ def kernel(
     if launch.blocks > 1 and launch.cluster == 1:
         partial = torch.empty((n_rows * launch.blocks, 2), dtype=torch.float32, device=x.device)
         arrived = _arrival_counts(n_rows, x.device)
-    kern = _compiled(threads, launch, early_exit, warp_pairs, async_pairs, redux_max, prefetch_256b)
+    kern = _compiled(
+        threads,
+        launch,
+        early_exit=early_exit,
+        warp_pairs=warp_pairs,
+        async_pairs=async_pairs,
+        redux_max=redux_max,
+        prefetch_256b=prefetch_256b,
+        target_first=target_first,
+    )
     kern(
         (n_rows * launch.blocks,),
         (threads,),

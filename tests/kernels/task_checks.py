@@ -160,13 +160,13 @@ def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
         )
 
 
-# The resident candidates' exchange (and warp max, load hint) options compiled beside each plain
+# The resident candidates' exchange (and warp max, load, target) options compiled beside each plain
 # launch: all but the last only where a cluster takes the row.
-NO_EXCHANGE = {"redux_max": True, "prefetch_256b": True}
+NO_EXCHANGE = {"redux_max": True, "prefetch_256b": True, "target_first": True}
 EXCHANGE_OPTIONS = (
     {"early_exit": True},
     {"warp_pairs": True},
-    {"warp_pairs": True, "async_pairs": True, "redux_max": True},
+    {"warp_pairs": True, "async_pairs": True, "redux_max": True, "target_first": True},
     NO_EXCHANGE,
 )
 

@@ -142,6 +142,21 @@ def test_shipped_candidates_on_gpu(task) -> None:
                     "redux_max": True,
                 },
             ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {
+                    "threads": 256,
+                    "slice_kb": 8,
+                    "warp_pairs": True,
+                    "async_pairs": True,
+                    "redux_max": True,
+                    "target_first": True,
+                },
+            ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 256, "slice_kb": 64, "exchange": "global", "target_first": True},
+            ),
         ],
     )
     for verdict in ev.verdicts:
@@ -161,7 +176,12 @@ def test_shipped_candidates_on_gpu(task) -> None:
             "cluster",
             {"warp_pairs": True, "async_pairs": True, "redux_max": True, "prefetch_256b": True},
         ),
-        ("global", {"redux_max": True, "prefetch_256b": True}),
+        (
+            "cluster",
+            {"warp_pairs": True, "async_pairs": True, "redux_max": True, "target_first": True},
+        ),
+        ("cluster", {"target_first": True}),
+        ("global", {"redux_max": True, "prefetch_256b": True, "target_first": True}),
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 16), (1024, 64)])
@@ -340,6 +360,22 @@ def test_with_redux_max_a_warp_max_is_one_redux_not_five_shuffles(task) -> None:
     assert "redux.sync" not in shuffles
     assert redux.count("redux.sync.max.s32") == 2
     assert shuffles.count("shfl.sync") - redux.count("shfl.sync") == 10
+
+
+def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_clamped(
+    task,
+) -> None:
+    """With target_first the kernel's first global load is the target's index, before the row's
+    vectors, and the target's logit is read at a column clamped into the row (min/max, no branch
+    on the index before it); without it the row's vectors come first."""
+    plain = _cluster8_ptx(task, warp_pairs=True, async_pairs=True)
+    first = _cluster8_ptx(task, warp_pairs=True, async_pairs=True, target_first=True)
+    loads = [re.findall(r"\bld\.global[\w.:]*", ptx) for ptx in (plain, first)]
+    assert loads[0][0].startswith("ld.global.cs.v4")
+    assert loads[1][0] == "ld.global.nc.s64"
+    assert loads[1][1:4] == ["ld.global.cs.v4.u32"] * 3
+    assert "min.s64" in first and "max.s64" in first
+    assert "min.s64" not in plain
 
 
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
