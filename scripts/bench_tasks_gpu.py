@@ -594,11 +594,11 @@ PLANS = [
     #   in block 0 (async_pairs: no release fence, no second cluster barrier; session 14's
     #   profile at 64 x 32000 had 13 % of its stall samples at memory barriers), and the warp
     #   max as one redux (redux_max), against warp_pairs alone;
-    # - tune*: with both, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads' 256-byte
-    #   L2 fetch hint (prefetch_256b);
     # - first*: with both, the target's index loaded before the row and its logit while the row
     #   is summed (target_first: the compiled code had block 0's warp 0 wait for the two, one
-    #   after the other, between its row's arrival and its sum).
+    #   after the other, between its row's arrival and its sum);
+    # - tune*: with the three, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads'
+    #   256-byte L2 fetch hint (prefetch_256b).
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -674,6 +674,7 @@ PLANS = [
                         "warp_pairs": [True],
                         "async_pairs": [True],
                         "redux_max": [True],
+                        "target_first": [True],
                         "prefetch_256b": [False, True],
                     }
                 ),
@@ -716,6 +717,7 @@ PLANS = [
                         "warp_pairs": [True],
                         "async_pairs": [True],
                         "redux_max": [True],
+                        "target_first": [True],
                         "prefetch_256b": [False, True],
                     }
                 ),
