@@ -638,89 +638,47 @@ PLANS = [
                 "decode-64x128256",
                 _grid({"threads": [128, 512, 1024], "slice_kb": [8], "warp_pairs": [True]}),
             ),
+        ]
+    ),
+    # async*, first* and tune* (above) at each decode shape's launches, warp_pairs in all.
+    *(
+        Plan(
+            "cross_entropy",
+            "cupy_cross_entropy_resident.py",
+            [shape],
+            _grid({**launches, "warp_pairs": [True], **options}),
+            tag=f"{name}{size}",
+        )
+        for size, shape, launch, wide in [
             (
-                "async32k",
+                "32k",
                 "decode-64x32000",
-                _grid(
-                    {
-                        "threads": [128, 256],
-                        "slice_kb": [8],
-                        "warp_pairs": [True],
-                        "async_pairs": [False, True],
-                        "redux_max": [False, True],
-                    }
-                ),
+                {"threads": [128, 256], "slice_kb": [8]},
+                {"threads": [128, 256], "slice_kb": [8, 16]},
             ),
             (
-                "async128k",
+                "128k",
                 "decode-64x128256",
-                _grid(
-                    {
-                        "threads": [512],
-                        "slice_kb": [8, 16],
-                        "warp_pairs": [True],
-                        "async_pairs": [False, True],
-                        "redux_max": [False, True],
-                    }
-                ),
+                {"threads": [512], "slice_kb": [8, 16]},
+                {"threads": [256, 512], "slice_kb": [16]},
+            ),
+        ]
+        for name, launches, options in [
+            ("async", launch, {"async_pairs": [False, True], "redux_max": [False, True]}),
+            (
+                "first",
+                launch,
+                {"async_pairs": [True], "redux_max": [True], "target_first": [False, True]},
             ),
             (
-                "tune32k",
-                "decode-64x32000",
-                _grid(
-                    {
-                        "threads": [128, 256],
-                        "slice_kb": [8, 16],
-                        "warp_pairs": [True],
-                        "async_pairs": [True],
-                        "redux_max": [True],
-                        "target_first": [True],
-                        "prefetch_256b": [False, True],
-                    }
-                ),
-            ),
-            (
-                "first32k",
-                "decode-64x32000",
-                _grid(
-                    {
-                        "threads": [128, 256],
-                        "slice_kb": [8],
-                        "warp_pairs": [True],
-                        "async_pairs": [True],
-                        "redux_max": [True],
-                        "target_first": [False, True],
-                    }
-                ),
-            ),
-            (
-                "first128k",
-                "decode-64x128256",
-                _grid(
-                    {
-                        "threads": [512],
-                        "slice_kb": [8, 16],
-                        "warp_pairs": [True],
-                        "async_pairs": [True],
-                        "redux_max": [True],
-                        "target_first": [False, True],
-                    }
-                ),
-            ),
-            (
-                "tune128k",
-                "decode-64x128256",
-                _grid(
-                    {
-                        "threads": [256, 512],
-                        "slice_kb": [16],
-                        "warp_pairs": [True],
-                        "async_pairs": [True],
-                        "redux_max": [True],
-                        "target_first": [True],
-                        "prefetch_256b": [False, True],
-                    }
-                ),
+                "tune",
+                wide,
+                {
+                    "async_pairs": [True],
+                    "redux_max": [True],
+                    "target_first": [True],
+                    "prefetch_256b": [False, True],
+                },
             ),
         ]
     ),

@@ -445,32 +445,27 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
     return Launch(blocks, slice_vec, vectors_per_thread, exchange if blocks > 1 else "cluster")
 
 
-def compile_options(
-    threads: int,
-    launch: Launch,
-    early_exit: bool = False,
-    warp_pairs: bool = False,
-    async_pairs: bool = False,
-    redux_max: bool = False,
-    prefetch_256b: bool = False,
-    target_first: bool = False,
-) -> tuple[str, ...]:
-    """NVRTC options for one launch shape (cluster > 1 needs sm_90), exchange (EARLY_EXIT,
-    WARP_PAIRS, ASYNC_PAIRS), warp max (REDUX_MAX: redux needs sm_80), load hint
-    (PREFETCH_256B) and target fetch (TARGET_FIRST). The block size is a compile-time constant
-    so that each thread's vector offsets are immediates, not registers."""
+# The kernel's compile-time switches, as kernel() and PARAMS name them; NVRTC gets each as the
+# macro of its name in capitals, 0 or 1.
+SWITCHES = ("early_exit", "warp_pairs", "async_pairs", "redux_max", "prefetch_256b", "target_first")
+
+
+def compile_options(threads: int, launch: Launch, **switches: bool) -> tuple[str, ...]:
+    """NVRTC options for one launch shape (cluster > 1 needs sm_90) and SWITCHES (absent ones
+    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max (REDUX_MAX: redux
+    needs sm_80), the load hint (PREFETCH_256B) and the target fetch (TARGET_FIRST). The block
+    size is a compile-time constant so that each thread's vector offsets are immediates, not
+    registers."""
+    unknown = sorted(set(switches) - set(SWITCHES))
+    if unknown:
+        raise TypeError(f"unknown switches {unknown}; the kernel has {SWITCHES}")
     return (
         "--use_fast_math",
         f"-DTHREADS={threads}",
         f"-DVPT={launch.vectors_per_thread}",
         f"-DBLOCKS={launch.blocks}",
         f"-DCLUSTER={launch.cluster}",
-        f"-DEARLY_EXIT={int(early_exit)}",
-        f"-DWARP_PAIRS={int(warp_pairs)}",
-        f"-DASYNC_PAIRS={int(async_pairs)}",
-        f"-DREDUX_MAX={int(redux_max)}",
-        f"-DPREFETCH_256B={int(prefetch_256b)}",
-        f"-DTARGET_FIRST={int(target_first)}",
+        *(f"-D{name.upper()}={int(switches.get(name, False))}" for name in SWITCHES),
     )
 
 

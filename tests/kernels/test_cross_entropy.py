@@ -378,6 +378,13 @@ def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_cl
     assert "min.s64" not in plain
 
 
+def test_an_unknown_switch_is_refused_by_name(task) -> None:
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    launch = module.plan(32000 // 8, 256, 8)
+    with pytest.raises(TypeError, match=r"unknown switches \['warp_pair'\]"):
+        module.compile_options(256, launch, warp_pairs=True, warp_pair=True)
+
+
 def test_a_one_row_shape_has_a_loss_of_a_few_units(task) -> None:
     """A near-zero loss is the difference of two logsumexp-sized numbers, and float32 rounding
     alone can then pass the relative tolerance (CI, f54db1f): row 0 is never well predicted."""
