@@ -160,14 +160,14 @@ def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
         )
 
 
-# The resident candidates' exchange (and warp max, load, target) options compiled beside each plain
-# launch: all but the last only where a cluster takes the row.
-NO_EXCHANGE = {"redux_max": True, "prefetch_256b": True, "target_first": True}
-EXCHANGE_OPTIONS = (
+# The resident candidates' switches compiled beside each plain launch: the cluster exchange's only
+# where a cluster takes the row, ANY_LAUNCH's (warp max, load hint, target fetch) at every launch.
+ANY_LAUNCH = {"redux_max": True, "prefetch_256b": True, "target_first": True}
+SWITCH_SETS = (
     {"early_exit": True},
     {"warp_pairs": True},
     {"warp_pairs": True, "async_pairs": True, "redux_max": True, "target_first": True},
-    NO_EXCHANGE,
+    ANY_LAUNCH,
 )
 
 
@@ -199,12 +199,12 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",
         )
-        for options in EXCHANGE_OPTIONS:
-            if set(options) <= set(space) and (launch.cluster > 1 or options is NO_EXCHANGE):
+        for switches in SWITCH_SETS:
+            if set(switches) <= set(space) and (launch.cluster > 1 or switches is ANY_LAUNCH):
                 assert_cuda_compiles(
                     module.SOURCE,
-                    [f"-arch={arch}", *module.compile_options(threads, launch, **options)],
-                    f"{candidate} {arch} threads={threads} {launch} {options}",
+                    [f"-arch={arch}", *module.compile_options(threads, launch, **switches)],
+                    f"{candidate} {arch} threads={threads} {launch} {switches}",
                 )
 
 

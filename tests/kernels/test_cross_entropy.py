@@ -295,14 +295,13 @@ def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) ->
     assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")
 
 
-def _cluster8_ptx(task, **exchange) -> str:
+def _cluster8_ptx(task, **switches) -> str:
     """The resident kernel's sm_90 PTX at 32000 columns over a cluster of 8 blocks of 256
-    threads, with the exchange's options `exchange` (early_exit, warp_pairs, async_pairs,
-    redux_max)."""
+    threads, with `switches` (the kernel's SWITCHES) on."""
     module = candidate_module(task, "cupy_cross_entropy_resident.py")
     launch = module.plan(32000 // 8, 256, 8)
     assert launch.cluster == 8
-    options = module.compile_options(256, launch, **exchange)
+    options = module.compile_options(256, launch, **switches)
     return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
 
 
