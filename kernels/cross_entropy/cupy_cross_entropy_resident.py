@@ -98,11 +98,14 @@ __device__ __forceinline__ void cluster_barrier() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
 // The address of `p` (this block's shared memory) in block `rank` of this cluster.
 __device__ __forceinline__ unsigned in_block(const void* p, unsigned rank) {
-    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
     unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
     return remote;
 }
 // Writes v into `slot` of block `rank` of this cluster (distributed shared memory).
@@ -117,6 +120,25 @@ __device__ __forceinline__ void store_async_to_block(float* slot, unsigned rank,
                                                      unsigned long long* bar) {
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
                  :: "r"(in_block(slot, rank)), "f"(v), "r"(in_block(bar, rank)) : "memory");
+}
+// By one thread, before the cluster's first barrier: `bar` (one arrival) expects BYTES from
+// the cluster's asynchronous stores, and every block may count into it once past that barrier.
+template <unsigned BYTES>
+__device__ __forceinline__ void mbar_init(unsigned long long* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(bar)) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(bar)), "n"(BYTES) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Until `bar`'s phase PARITY completes; the other blocks' stores counted on it are then seen.
+template <unsigned PARITY>
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar) {
+    for (unsigned landed = 0; !landed;) {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(landed) : "r"(smem_addr(bar)), "n"(PARITY) : "memory");
+    }
 }
 #endif
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
@@ -139,16 +161,14 @@ __device__ __forceinline__ uint4 load_row(const uint4* p) {
 
 #if REDUX_MAX
 // One redux instruction on the floats' bits mapped to ints of the same order (a negative
-// float's magnitude bits flipped); a positive NaN wins, where the shuffles' fmaxf drops it (a
-// NaN logit makes its row's sum, so its loss, NaN either way).
-__device__ __forceinline__ int order_key(float v) {
-    const int i = __float_as_int(v);
-    return i >= 0 ? i : i ^ 0x7fffffff;
-}
+// float's magnitude bits flipped: the map is its own inverse); a positive NaN wins, where the
+// shuffles' fmaxf drops it (a NaN logit makes its row's sum, so its loss, NaN either way).
+__device__ __forceinline__ int flip_negative(int i) { return i >= 0 ? i : i ^ 0x7fffffff; }
 __device__ __forceinline__ float warp_max(float v) {
     int r;
-    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(order_key(v)));
-    return __int_as_float(r >= 0 ? r : r ^ 0x7fffffff);
+    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;"
+                 : "=r"(r) : "r"(flip_negative(__float_as_int(v))));
+    return __int_as_float(flip_negative(r));
 }
 #else
 __device__ __forceinline__ float warp_max(float v) {
@@ -221,14 +241,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
 #if ASYNC_PAIRS
     // Block 0's: its phase completes once every warp's pair (8 bytes) has landed.
     __shared__ __align__(8) unsigned long long pairs_in;
-    if (rank == 0 && threadIdx.x == 0) {
-        const unsigned bar = (unsigned)__cvta_generic_to_shared(&pairs_in);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                     :: "r"(bar), "n"(PAIRS * 8) : "memory");
-        // made visible to the cluster by the barrier below, before any block writes a pair
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (rank == 0 && threadIdx.x == 0) mbar_init<PAIRS * 8>(&pairs_in);
 #endif
     cluster_arrive();
 #else
@@ -314,12 +327,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         store_async_to_block(&parts_s[rank * WARPS + warp], 0, s, &pairs_in);
     }
     if (rank != 0 || warp != 0) return;
-    const unsigned bar = (unsigned)__cvta_generic_to_shared(&pairs_in);
-    for (unsigned landed = 0; !landed;) {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(landed) : "r"(bar) : "memory");
-    }
+    mbar_wait<0>(&pairs_in);
 #else
     if (lane == 0) {
         store_to_block(&parts_m[rank * WARPS + warp], 0, mw);
