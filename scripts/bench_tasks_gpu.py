@@ -598,7 +598,9 @@ PLANS = [
     #   is summed (target_first: the compiled code had block 0's warp 0 wait for the two, one
     #   after the other, between its row's arrival and its sum);
     # - tune*: with the three, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads'
-    #   256-byte L2 fetch hint (prefetch_256b).
+    #   256-byte L2 fetch hint (prefetch_256b);
+    # - sum*: with the three, each warp's row sum as two redux adds in fixed point (redux_sum:
+    #   five dependent shuffles and adds gone from every warp's way to its pair).
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -640,7 +642,7 @@ PLANS = [
             ),
         ]
     ),
-    # async*, first* and tune* (above) at each decode shape's launches, warp_pairs in all.
+    # async*, first*, tune* and sum* (above) at each decode shape's launches, warp_pairs in all.
     *(
         Plan(
             "cross_entropy",
@@ -678,6 +680,16 @@ PLANS = [
                     "redux_max": [True],
                     "target_first": [True],
                     "prefetch_256b": [False, True],
+                },
+            ),
+            (
+                "sum",
+                launch,
+                {
+                    "async_pairs": [True],
+                    "redux_max": [True],
+                    "target_first": [True],
+                    "redux_sum": [False, True],
                 },
             ),
         ]

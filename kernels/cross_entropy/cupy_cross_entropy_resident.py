@@ -25,7 +25,11 @@ With `async_pairs` as well, each warp sends its pair with asynchronous stores (`
 count their bytes in on a transaction barrier (mbarrier) in block 0: no warp fences its stores or
 arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier until every pair
 has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
-ints of the same order, not five shuffles. With `prefetch_256b` each row load asks L2 to fetch
+ints of the same order, not five shuffles, and with `redux_sum` each warp's sum of its row's
+terms is two `redux.sync` adds on the terms in fixed point (2^-27 a unit at two vectors a
+thread: exact but for each lane's rounding, so independent of the lanes' order), not five
+shuffles and adds; the combines' sums, of terms up to a row's length, keep their shuffles. With
+`prefetch_256b` each row load asks L2 to fetch
 the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value. With
 `target_first` the loss's warp loads the target's index before the row and its logit while the
 row is summed; without it the compiled code loads both only once the row's first vectors have
@@ -56,6 +60,7 @@ PARAMS = {
     "warp_pairs": [False, True],
     "async_pairs": [False, True],
     "redux_max": [False, True],
+    "redux_sum": [False, True],
     "prefetch_256b": [False, True],
     "target_first": [False, True],
 }
@@ -182,6 +187,23 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
+#if REDUX_SUM
+// ceil(log2(n)), for n >= 1.
+__device__ constexpr int bits_for(int n) { return n <= 1 ? 0 : 1 + bits_for((n + 1) / 2); }
+// warp_sum() of 0 <= v <= 2^B in fixed point, 2^(B - 32) a unit: each lane's 32 bits as two
+// 16-bit halves, each half summed by one redux (32 halves fit 21 bits), so the sum is exact but
+// for each lane's rounding, whatever the lanes' order. A NaN on any lane makes the sum NaN (its
+// conversion would read 0).
+template <int B>
+__device__ __forceinline__ float warp_sum_fixed(float v) {
+    const unsigned q = __float2uint_rn(v * __int_as_float((127 + 32 - B) << 23));
+    unsigned lo, hi;
+    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(lo) : "r"(q & 0xffffu));
+    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(hi) : "r"(q >> 16));
+    const float s = fmaf((float)hi, 65536.f, (float)lo) * __int_as_float((127 + B - 32) << 23);
+    return __any_sync(0xffffffffu, v != v) ? __int_as_float(0x7fc00000) : s;
+}
+#endif
 // A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
 // sum, from a NaN or +inf input, stays NaN, as in torch).
 __device__ __forceinline__ float weigh(float s, float m, float big) {
@@ -313,7 +335,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         for (int k = 0; k < 4; ++k)
             s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
+#if REDUX_SUM
+    // A lane's VPT * 8 terms are each at most 1 (up to the rounding of mw): twice that bounds it.
+    s = warp_sum_fixed<bits_for(VPT * 8) + 1>(s);
+#else
     s = warp_sum(s);
+#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #if CLUSTER > 1 && WARP_PAIRS
     // Each warp hands its pair to block 0 and leaves, but block 0's warp 0, which waits for
@@ -455,13 +482,21 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
 
 # The kernel's compile-time switches, as kernel() and PARAMS name them; NVRTC gets each as the
 # macro of its name in capitals, 0 or 1.
-SWITCHES = ("early_exit", "warp_pairs", "async_pairs", "redux_max", "prefetch_256b", "target_first")
+SWITCHES = (
+    "early_exit",
+    "warp_pairs",
+    "async_pairs",
+    "redux_max",
+    "redux_sum",
+    "prefetch_256b",
+    "target_first",
+)
 
 
 def compile_options(threads: int, launch: Launch, **switches: bool) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90) and SWITCHES (absent ones
-    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max (REDUX_MAX: redux
-    needs sm_80), the load hint (PREFETCH_256B) and the target fetch (TARGET_FIRST). The block
+    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max and the row's warp
+    sums (REDUX_MAX, REDUX_SUM: redux needs sm_80), the load hint (PREFETCH_256B) and the target fetch (TARGET_FIRST). The block
     size is a compile-time constant so that each thread's vector offsets are immediates, not
     registers."""
     unknown = sorted(set(switches) - set(SWITCHES))
@@ -513,6 +548,7 @@ def kernel(
     warp_pairs: bool = False,
     async_pairs: bool = False,
     redux_max: bool = False,
+    redux_sum: bool = False,
     prefetch_256b: bool = False,
     target_first: bool = False,
 ) -> torch.Tensor:
@@ -550,6 +586,7 @@ def kernel(
         warp_pairs=warp_pairs,
         async_pairs=async_pairs,
         redux_max=redux_max,
+        redux_sum=redux_sum,
         prefetch_256b=prefetch_256b,
         target_first=target_first,
     )

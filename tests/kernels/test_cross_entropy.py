@@ -157,10 +157,37 @@ def test_shipped_candidates_on_gpu(task) -> None:
                 "cupy_cross_entropy_resident.py",
                 {"threads": 256, "slice_kb": 64, "exchange": "global", "target_first": True},
             ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {
+                    "threads": 512,
+                    "slice_kb": 16,
+                    "warp_pairs": True,
+                    "async_pairs": True,
+                    "redux_max": True,
+                    "redux_sum": True,
+                    "target_first": True,
+                },
+            ),
+            (
+                "cupy_cross_entropy_resident.py",
+                {"threads": 128, "slice_kb": 128, "redux_sum": True},
+            ),
         ],
     )
     for verdict in ev.verdicts:
         assert verdict.accepted, verdict.reasons
+
+
+# redux_sum with and without the other switches, over a cluster and through global memory.
+SUM_SWITCHES = [
+    (
+        "cluster",
+        {"warp_pairs": True, "async_pairs": True, "redux_max": True, "redux_sum": True},
+    ),
+    ("cluster", {"redux_sum": True}),
+    ("global", {"redux_max": True, "redux_sum": True}),
+]
 
 
 @pytest.mark.gpu
@@ -182,6 +209,7 @@ def test_shipped_candidates_on_gpu(task) -> None:
         ),
         ("cluster", {"target_first": True}),
         ("global", {"redux_max": True, "prefetch_256b": True, "target_first": True}),
+        *SUM_SWITCHES,
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 16), (1024, 64)])
@@ -196,6 +224,41 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
         got = module.kernel(x, targets, threads, slice_kb, exchange, **options).double()
         want = torch.nn.functional.cross_entropy(x.double(), targets, reduction="none")
         torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "exchange,options",
+    [
+        ("cluster", {}),
+        ("global", {}),
+        ("cluster", {"early_exit": True}),
+        ("cluster", {"warp_pairs": True, "async_pairs": True, "redux_max": True}),
+        *SUM_SWITCHES,
+    ],
+)
+@pytest.mark.parametrize("threads,slice_kb", [(256, 8), (1024, 64)])
+def test_resident_cross_entropy_on_rows_with_nan_and_inf(
+    task, threads, slice_kb, exchange, options
+):
+    """A NaN logit of either sign, +inf beside finite logits or at the target, and a row all
+    -inf make the row's loss NaN, as torch's (a redux_sum would read a NaN as 0 but for its
+    vote); an ignored row's loss stays 0 whatever its logits."""
+    pytest.importorskip("cupy")
+    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    cols = 32000
+    x = torch.randn(7, cols, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    x[0, 1234] = float("nan")
+    x.view(torch.int16)[1, cols - 1] = -64  # 0xffc0: a NaN with its sign bit set
+    x[2, 17] = float("inf")
+    x[3, 5] = float("inf")
+    x[4] = float("-inf")
+    x[5, 99] = float("nan")
+    targets = torch.tensor([3, 0, 9000, 5, 7, -100, 11]).cuda()
+    got = module.kernel(x.cuda(), targets, threads, slice_kb, exchange, **options).double()
+    want = torch.nn.functional.cross_entropy(x.cuda().double(), targets, reduction="none")
+    assert want[:5].isnan().all() and want[5] == 0 and want[6].isfinite()
+    torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4, equal_nan=True)
 
 
 @pytest.mark.gpu
@@ -359,6 +422,21 @@ def test_with_redux_max_a_warp_max_is_one_redux_not_five_shuffles(task) -> None:
     assert "redux.sync" not in shuffles
     assert redux.count("redux.sync.max.s32") == 2
     assert shuffles.count("shfl.sync") - redux.count("shfl.sync") == 10
+
+
+def test_with_redux_sum_a_rows_warp_sum_is_two_redux_adds_in_fixed_point(task) -> None:
+    """Over a cluster of 8 with warp_pairs: with redux_sum each warp's sum of its row's terms is
+    two redux adds (the 16-bit halves) and a vote (for a NaN), its five shuffles gone, the
+    combine's sum keeping its own; at two vectors a thread (16 terms a lane, each at most 1) the
+    terms are scaled by 2^27, so that 32 lanes of twice the bound fit 32 bits."""
+    plain = _cluster8_ptx(task, warp_pairs=True)
+    fixed = _cluster8_ptx(task, warp_pairs=True, redux_sum=True)
+    assert "redux.sync.add" not in plain
+    assert fixed.count("redux.sync.add.u32") == 2
+    assert "vote.sync.any" in fixed
+    assert plain.count("shfl.sync") - fixed.count("shfl.sync") == 5
+    assert re.search(r"mul\.ftz\.f32\s+%f\d+, %f\d+, 0f4D000000;", fixed)  # 2^27
+    assert re.search(r"cvt\.rni\.ftz\.u32\.f32", fixed)
 
 
 def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_clamped(
