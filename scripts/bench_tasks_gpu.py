@@ -596,11 +596,11 @@ PLANS = [
     #   max as one redux (redux_max), against warp_pairs alone;
     # - first*: with both, the target's index loaded before the row and its logit while the row
     #   is summed (target_first: the compiled code had block 0's warp 0 wait for the two, one
-    #   after the other, between its row's arrival and its sum);
+    #   after the other, between its row's arrival and its sum), each with and without each
+    #   warp's row sum as two redux adds in fixed point (redux_sum: five dependent shuffles and
+    #   adds gone from every warp's way to its pair);
     # - tune*: with the three, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads'
-    #   256-byte L2 fetch hint (prefetch_256b);
-    # - sum*: with the three, each warp's row sum as two redux adds in fixed point (redux_sum:
-    #   five dependent shuffles and adds gone from every warp's way to its pair).
+    #   256-byte L2 fetch hint (prefetch_256b).
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -642,7 +642,7 @@ PLANS = [
             ),
         ]
     ),
-    # async*, first*, tune* and sum* (above) at each decode shape's launches, warp_pairs in all.
+    # async*, first* and tune* (above) at each decode shape's launches, warp_pairs in all.
     *(
         Plan(
             "cross_entropy",
@@ -670,7 +670,12 @@ PLANS = [
             (
                 "first",
                 launch,
-                {"async_pairs": [True], "redux_max": [True], "target_first": [False, True]},
+                {
+                    "async_pairs": [True],
+                    "redux_max": [True],
+                    "target_first": [False, True],
+                    "redux_sum": [False, True],
+                },
             ),
             (
                 "tune",
@@ -680,16 +685,6 @@ PLANS = [
                     "redux_max": [True],
                     "target_first": [True],
                     "prefetch_256b": [False, True],
-                },
-            ),
-            (
-                "sum",
-                launch,
-                {
-                    "async_pairs": [True],
-                    "redux_max": [True],
-                    "target_first": [True],
-                    "redux_sum": [False, True],
                 },
             ),
         ]
