@@ -27,10 +27,9 @@ arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier u
 has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
 ints of the same order, not five shuffles, and with `redux_sum` each warp's sum of its row's
 terms is two `redux.sync` adds on the terms in fixed point (2^-27 a unit at two vectors a
-thread: exact but for each lane's rounding, so independent of the lanes' order), not five
-shuffles and adds; the combines' sums, of terms up to a row's length, keep their shuffles. With
-`prefetch_256b` each row load asks L2 to fetch
-the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value. With
+thread; the lanes' order then changes nothing), not five shuffles and adds; the combines' sums,
+of terms up to a row's length, keep their shuffles. With `prefetch_256b` each row load asks L2
+to fetch the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value. With
 `target_first` the loss's warp loads the target's index before the row and its logit while the
 row is summed; without it the compiled code loads both only once the row's first vectors have
 arrived, one after the other, and waits for them before it sums.
@@ -190,10 +189,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 #if REDUX_SUM
 // ceil(log2(n)), for n >= 1.
 __device__ constexpr int bits_for(int n) { return n <= 1 ? 0 : 1 + bits_for((n + 1) / 2); }
-// warp_sum() of 0 <= v <= 2^B in fixed point, 2^(B - 32) a unit: each lane's 32 bits as two
-// 16-bit halves, each half summed by one redux (32 halves fit 21 bits), so the sum is exact but
-// for each lane's rounding, whatever the lanes' order. A NaN on any lane makes the sum NaN (its
-// conversion would read 0).
+// warp_sum() of 0 <= v < 2^B in fixed point, 2^(B - 32) a unit: each lane's 32 bits as two
+// 16-bit halves, each half summed by one redux (32 halves fit 21 bits). Only each lane's
+// rounding to the unit and the float rounding of the total are inexact, whatever the lanes'
+// order. A NaN on any lane makes the sum NaN (its conversion would read 0).
 template <int B>
 __device__ __forceinline__ float warp_sum_fixed(float v) {
     const unsigned q = __float2uint_rn(v * __int_as_float((127 + 32 - B) << 23));
@@ -336,7 +335,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
             s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
 #if REDUX_SUM
-    // A lane's VPT * 8 terms are each at most 1 (up to the rounding of mw): twice that bounds it.
+    // A lane's VPT * 8 terms are each at most 1 but for the rounding of mw, under 2 while
+    // |mw| < 2^24 (logits below 1e7 in magnitude): twice VPT * 8 bounds the lane.
     s = warp_sum_fixed<bits_for(VPT * 8) + 1>(s);
 #else
     s = warp_sum(s);
@@ -496,9 +496,9 @@ SWITCHES = (
 def compile_options(threads: int, launch: Launch, **switches: bool) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90) and SWITCHES (absent ones
     off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max and the row's warp
-    sums (REDUX_MAX, REDUX_SUM: redux needs sm_80), the load hint (PREFETCH_256B) and the target fetch (TARGET_FIRST). The block
-    size is a compile-time constant so that each thread's vector offsets are immediates, not
-    registers."""
+    sums (REDUX_MAX, REDUX_SUM: redux needs sm_80), the load hint (PREFETCH_256B) and the
+    target fetch (TARGET_FIRST). The block size is a compile-time constant so that each thread's
+    vector offsets are immediates, not registers."""
     unknown = sorted(set(switches) - set(SWITCHES))
     if unknown:
         raise TypeError(f"unknown switches {unknown}; the kernel has {SWITCHES}")

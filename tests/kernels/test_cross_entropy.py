@@ -4,6 +4,7 @@ kernel."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -171,7 +172,7 @@ def test_shipped_candidates_on_gpu(task) -> None:
             ),
             (
                 "cupy_cross_entropy_resident.py",
-                {"threads": 128, "slice_kb": 128, "redux_sum": True},
+                {"threads": 128, "slice_kb": 64, "redux_sum": True},
             ),
         ],
     )
@@ -238,26 +239,29 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (1024, 64)])
-def test_resident_cross_entropy_on_rows_with_nan_and_inf(
+def test_resident_cross_entropy_on_rows_with_nan_inf_or_one_value(
     task, threads, slice_kb, exchange, options
 ):
     """A NaN logit of either sign, +inf beside finite logits or at the target, and a row all
     -inf make the row's loss NaN, as torch's (a redux_sum would read a NaN as 0 but for its
-    vote); an ignored row's loss stays 0 whatever its logits."""
+    vote); an ignored row's loss stays 0 whatever its logits; a row of one value has the loss
+    ln(vocab), every term 1, so that a lane's sum sits at half redux_sum's bound."""
     pytest.importorskip("cupy")
     module = candidate_module(task, "cupy_cross_entropy_resident.py")
     cols = 32000
-    x = torch.randn(7, cols, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    x = torch.randn(8, cols, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     x[0, 1234] = float("nan")
     x.view(torch.int16)[1, cols - 1] = -64  # 0xffc0: a NaN with its sign bit set
     x[2, 17] = float("inf")
     x[3, 5] = float("inf")
     x[4] = float("-inf")
     x[5, 99] = float("nan")
-    targets = torch.tensor([3, 0, 9000, 5, 7, -100, 11]).cuda()
+    x[7] = 2.5
+    targets = torch.tensor([3, 0, 9000, 5, 7, -100, 11, 42]).cuda()
     got = module.kernel(x.cuda(), targets, threads, slice_kb, exchange, **options).double()
     want = torch.nn.functional.cross_entropy(x.cuda().double(), targets, reduction="none")
     assert want[:5].isnan().all() and want[5] == 0 and want[6].isfinite()
+    assert abs(float(want[7]) - math.log(cols)) < 1e-9
     torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4, equal_nan=True)
 
 
@@ -428,7 +432,7 @@ def test_with_redux_sum_a_rows_warp_sum_is_two_redux_adds_in_fixed_point(task) -
     """Over a cluster of 8 with warp_pairs: with redux_sum each warp's sum of its row's terms is
     two redux adds (the 16-bit halves) and a vote (for a NaN), its five shuffles gone, the
     combine's sum keeping its own; at two vectors a thread (16 terms a lane, each at most 1) the
-    terms are scaled by 2^27, so that 32 lanes of twice the bound fit 32 bits."""
+    lane's sum is scaled by 2^27, so that twice the bound fits a lane's 32 bits."""
     plain = _cluster8_ptx(task, warp_pairs=True)
     fixed = _cluster8_ptx(task, warp_pairs=True, redux_sum=True)
     assert "redux.sync.add" not in plain
