@@ -101,90 +101,49 @@ def test_candidates_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
     assert_wrong_rejected(ev)
 
 
+RESIDENT = "cupy_cross_entropy_resident.py"
+# The switches of the per-op table's two decode rows (session 27).
+TABLE_SWITCHES = {"warp_pairs": True, "async_pairs": True, "redux_max": True}
+
+
 @pytest.mark.gpu
 def test_shipped_candidates_on_gpu(task) -> None:
+    resident = [
+        {},
+        {"threads": 256, "slice_kb": 16},
+        {"threads": 1024, "slice_kb": 128},
+        {"threads": 512, "slice_kb": 16, "exchange": "global"},
+        {"threads": 256, "slice_kb": 8, "exchange": "global"},
+        {"threads": 256, "slice_kb": 8, "early_exit": True},
+        {"threads": 512, "slice_kb": 16, "early_exit": True},
+        {"threads": 256, "slice_kb": 8, "warp_pairs": True},
+        {"threads": 512, "slice_kb": 16, "warp_pairs": True},
+        {"threads": 256, "slice_kb": 8, "warp_pairs": True, "async_pairs": True},
+        {"threads": 512, "slice_kb": 16, **TABLE_SWITCHES},
+        {"threads": 256, "slice_kb": 8, **TABLE_SWITCHES, "target_first": True},
+        {"threads": 256, "slice_kb": 64, "exchange": "global", "target_first": True},
+        {"threads": 512, "slice_kb": 16, **TABLE_SWITCHES, "redux_sum": True, "target_first": True},
+        {"threads": 128, "slice_kb": 64, "redux_sum": True},
+    ]
     ev = gpu_evaluate(
         task,
         [
             ("triton_cross_entropy.py", {}),
             ("torch_cross_entropy.py", {}),
-            ("cupy_cross_entropy_resident.py", {}),
-            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 16}),
-            ("cupy_cross_entropy_resident.py", {"threads": 1024, "slice_kb": 128}),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 512, "slice_kb": 16, "exchange": "global"},
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 256, "slice_kb": 8, "exchange": "global"},
-            ),
-            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "early_exit": True}),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 512, "slice_kb": 16, "early_exit": True},
-            ),
-            ("cupy_cross_entropy_resident.py", {"threads": 256, "slice_kb": 8, "warp_pairs": True}),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 512, "slice_kb": 16, "warp_pairs": True},
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 256, "slice_kb": 8, "warp_pairs": True, "async_pairs": True},
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {
-                    "threads": 512,
-                    "slice_kb": 16,
-                    "warp_pairs": True,
-                    "async_pairs": True,
-                    "redux_max": True,
-                },
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {
-                    "threads": 256,
-                    "slice_kb": 8,
-                    "warp_pairs": True,
-                    "async_pairs": True,
-                    "redux_max": True,
-                    "target_first": True,
-                },
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 256, "slice_kb": 64, "exchange": "global", "target_first": True},
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {
-                    "threads": 512,
-                    "slice_kb": 16,
-                    "warp_pairs": True,
-                    "async_pairs": True,
-                    "redux_max": True,
-                    "redux_sum": True,
-                    "target_first": True,
-                },
-            ),
-            (
-                "cupy_cross_entropy_resident.py",
-                {"threads": 128, "slice_kb": 64, "redux_sum": True},
-            ),
+            *((RESIDENT, params) for params in resident),
         ],
     )
     for verdict in ev.verdicts:
         assert verdict.accepted, verdict.reasons
 
 
+# The three exchanges without other switches.
+EXCHANGES = [("cluster", {}), ("global", {}), ("cluster", {"early_exit": True})]
 # redux_sum with and without the other switches, over a cluster and through global memory.
 SUM_SWITCHES = [
     (
         "cluster",
-        {"warp_pairs": True, "async_pairs": True, "redux_max": True, "redux_sum": True},
+        {**TABLE_SWITCHES, "redux_sum": True},
     ),
     ("cluster", {"redux_sum": True}),
     ("global", {"redux_max": True, "redux_sum": True}),
@@ -195,19 +154,11 @@ SUM_SWITCHES = [
 @pytest.mark.parametrize(
     "exchange,options",
     [
-        ("cluster", {}),
-        ("global", {}),
-        ("cluster", {"early_exit": True}),
+        *EXCHANGES,
         ("cluster", {"warp_pairs": True}),
         ("cluster", {"warp_pairs": True, "async_pairs": True}),
-        (
-            "cluster",
-            {"warp_pairs": True, "async_pairs": True, "redux_max": True, "prefetch_256b": True},
-        ),
-        (
-            "cluster",
-            {"warp_pairs": True, "async_pairs": True, "redux_max": True, "target_first": True},
-        ),
+        ("cluster", {**TABLE_SWITCHES, "prefetch_256b": True}),
+        ("cluster", {**TABLE_SWITCHES, "target_first": True}),
         ("cluster", {"target_first": True}),
         ("global", {"redux_max": True, "prefetch_256b": True, "target_first": True}),
         *SUM_SWITCHES,
@@ -218,7 +169,7 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
     """Rows that take the kernel's special paths (task_checks.edge_rows), targets at a finite
     column each, and one ignored row."""
     pytest.importorskip("cupy")
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
     for cols in EDGE_COLUMNS:
         x = edge_rows(cols).cuda()
         targets = torch.tensor([0, cols - 1, 1, cols - 1, 5, -100], device="cuda")
@@ -230,13 +181,7 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "exchange,options",
-    [
-        ("cluster", {}),
-        ("global", {}),
-        ("cluster", {"early_exit": True}),
-        ("cluster", {"warp_pairs": True, "async_pairs": True, "redux_max": True}),
-        *SUM_SWITCHES,
-    ],
+    [*EXCHANGES, ("cluster", TABLE_SWITCHES), *SUM_SWITCHES],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (1024, 64)])
 def test_resident_cross_entropy_on_rows_with_nan_inf_or_one_value(
@@ -247,7 +192,7 @@ def test_resident_cross_entropy_on_rows_with_nan_inf_or_one_value(
     vote); an ignored row's loss stays 0 whatever its logits; a row of one value has the loss
     ln(vocab), every term 1, so that a lane's sum sits at half redux_sum's bound."""
     pytest.importorskip("cupy")
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
     cols = 32000
     x = torch.randn(8, cols, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     x[0, 1234] = float("nan")
@@ -270,7 +215,7 @@ def test_the_global_exchange_leaves_its_counts_at_zero_for_the_next_call(task) -
     """No zero-fill between calls: eager calls of several sizes and replays of one captured
     graph on new logits each give the right loss, and leave every count at 0."""
     pytest.importorskip("cupy")
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
 
     def loss_of(x, t):
         return module.kernel(x, t, 256, 8, "global")
@@ -313,7 +258,7 @@ def test_the_global_exchange_leaves_its_counts_at_zero_for_the_next_call(task) -
 
 
 def test_the_arrival_counts_grow_and_keep_what_a_graph_may_hold(task) -> None:
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
     cpu = torch.device("cpu")
     first = module._arrival_counts(10, cpu)
     assert first.numel() == module.MIN_ARRIVAL_ROWS and int(first.sum()) == 0
@@ -325,11 +270,11 @@ def test_the_arrival_counts_grow_and_keep_what_a_graph_may_hold(task) -> None:
 
 
 def test_the_resident_plan_takes_the_smallest_cluster_that_fits_the_slice(task) -> None:
-    assert_resident_plan(candidate_module(task, "cupy_cross_entropy_resident.py"))
+    assert_resident_plan(candidate_module(task, RESIDENT))
 
 
 def test_a_global_exchange_takes_up_to_32_independent_blocks_a_row(task) -> None:
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
     # 128256 columns (250.5 KiB): 16 blocks of 16 KiB slices where a cluster stops at 8.
     launch = module.plan(16032, 512, 16, "global")
     assert launch == module.Launch(16, 1002, 2, "global")
@@ -346,7 +291,7 @@ def test_a_global_exchange_takes_up_to_32_independent_blocks_a_row(task) -> None
 
 def test_a_global_exchange_over_32_blocks_does_not_compile(task) -> None:
     """Its last block combines one pair a lane, so the source refuses more blocks than lanes."""
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
 
     def error(blocks: int) -> str | None:
         launch = module.Launch(blocks, 300, 1, "global")
@@ -359,13 +304,13 @@ def test_a_global_exchange_over_32_blocks_does_not_compile(task) -> None:
 
 
 def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) -> None:
-    assert_resident_launches_compile(task, "cupy_cross_entropy_resident.py")
+    assert_resident_launches_compile(task, RESIDENT)
 
 
 def _cluster8_ptx(task, **switches) -> str:
     """The resident kernel's sm_90 PTX at 32000 columns over a cluster of 8 blocks of 256
     threads, with `switches` (the kernel's SWITCHES) on."""
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
     launch = module.plan(32000 // 8, 256, 8)
     assert launch.cluster == 8
     options = module.compile_options(256, launch, **switches)
@@ -460,7 +405,7 @@ def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_cl
 
 
 def test_an_unknown_switch_is_refused_by_name(task) -> None:
-    module = candidate_module(task, "cupy_cross_entropy_resident.py")
+    module = candidate_module(task, RESIDENT)
     launch = module.plan(32000 // 8, 256, 8)
     with pytest.raises(TypeError, match=r"unknown switches \['warp_pair'\]"):
         module.compile_options(256, launch, warp_pairs=True, warp_pair=True)
