@@ -137,14 +137,11 @@ def test_shipped_candidates_on_gpu(task) -> None:
         assert verdict.accepted, verdict.reasons
 
 
-# The three exchanges without other switches.
+# The cluster and global exchanges, and the cluster's with early_exit, without other switches.
 EXCHANGES = [("cluster", {}), ("global", {}), ("cluster", {"early_exit": True})]
 # redux_sum with and without the other switches, over a cluster and through global memory.
 SUM_SWITCHES = [
-    (
-        "cluster",
-        {**TABLE_SWITCHES, "redux_sum": True},
-    ),
+    ("cluster", {**TABLE_SWITCHES, "redux_sum": True}),
     ("cluster", {"redux_sum": True}),
     ("global", {"redux_max": True, "redux_sum": True}),
 ]
