@@ -596,9 +596,9 @@ PLANS = [
     #   max as one redux (redux_max), against warp_pairs alone;
     # - first*: with both, the target's index loaded before the row and its logit while the row
     #   is summed (target_first: the compiled code had block 0's warp 0 wait for the two, one
-    #   after the other, between its row's arrival and its sum), each with and without each
-    #   warp's row sum as two redux adds in fixed point (redux_sum: five dependent shuffles and
-    #   adds gone from every warp's way to its pair);
+    #   after the other, between its row's arrival and its sum), each with and without the
+    #   warp sums as redux adds in fixed point (redux_sum: five dependent shuffles and adds gone
+    #   from every warp's way to its pair, and five more from block 0's combine);
     # - tune*: with the three, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads'
     #   256-byte L2 fetch hint (prefetch_256b).
     *(

@@ -25,10 +25,10 @@ With `async_pairs` as well, each warp sends its pair with asynchronous stores (`
 count their bytes in on a transaction barrier (mbarrier) in block 0: no warp fences its stores or
 arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier until every pair
 has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
-ints of the same order, not five shuffles, and with `redux_sum` each warp's sum of its row's
-terms is two `redux.sync` adds on the terms in fixed point (2^-27 a unit at two vectors a
-thread; the lanes' order then changes nothing), not five shuffles and adds; the combines' sums,
-of terms up to a row's length, keep their shuffles. With `prefetch_256b` each row load asks L2
+ints of the same order, not five shuffles, and with `redux_sum` each warp sum on a row's way
+to its loss is `redux.sync` adds on the terms in fixed point, not five shuffles and adds: a
+warp's sum of its row's terms two (2^-27 a unit at two vectors a thread), a combine's, of terms
+up to a row's length, three (48 bits); the lanes' order then changes nothing. With `prefetch_256b` each row load asks L2
 to fetch the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value. With
 `target_first` the loss's warp loads the target's index before the row and its logit while the
 row is summed; without it the compiled code loads both only once the row's first vectors have
@@ -189,20 +189,50 @@ __device__ __forceinline__ float warp_sum(float v) {
 #if REDUX_SUM
 // ceil(log2(n)), for n >= 1.
 __device__ constexpr int bits_for(int n) { return n <= 1 ? 0 : 1 + bits_for((n + 1) / 2); }
-// warp_sum() of 0 <= v < 2^B in fixed point, 2^(B - 32) a unit: each lane's 32 bits as two
-// 16-bit halves, each half summed by one redux (32 halves fit 21 bits). Only each lane's
-// rounding to the unit and the float rounding of the total are inexact, whatever the lanes'
-// order. A NaN on any lane makes the sum NaN (its conversion would read 0).
-template <int B>
+// warp_sum() of 0 <= v < 2^B in fixed point: each lane's whole units of 2^(B - 32) as two
+// 16-bit halves, and with PARTS 3 the 16 bits below them as a third part, each part summed by
+// one redux (32 parts fit 22 bits). Only each lane's rounding to the last part's unit and the
+// float rounding of the total are inexact, whatever the lanes' order. A NaN on any lane makes
+// the sum NaN (its conversion would read 0).
+template <int B, int PARTS>
 __device__ __forceinline__ float warp_sum_fixed(float v) {
-    const unsigned q = __float2uint_rn(v * __int_as_float((127 + 32 - B) << 23));
+    const float x = v * __int_as_float((127 + 32 - B) << 23);
+    const unsigned whole = PARTS == 3 ? __float2uint_rz(x) : __float2uint_rn(x);
     unsigned lo, hi;
-    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(lo) : "r"(q & 0xffffu));
-    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(hi) : "r"(q >> 16));
-    const float s = fmaf((float)hi, 65536.f, (float)lo) * __int_as_float((127 + B - 32) << 23);
+    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(lo) : "r"(whole & 0xffffu));
+    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(hi) : "r"(whole >> 16));
+    float s = fmaf((float)hi, 65536.f, (float)lo);
+    if (PARTS == 3) {
+        // x - whole is exact: below 2^24 x keeps its fraction, above it has none.
+        const unsigned below = __float2uint_rn((x - (float)whole) * 65536.f);
+        unsigned sub;
+        asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(sub) : "r"(below));
+        s = fmaf((float)sub, 1.f / 65536.f, s);
+    }
+    s *= __int_as_float((127 + B - 32) << 23);
     return __any_sync(0xffffffffu, v != v) ? __int_as_float(0x7fc00000) : s;
 }
 #endif
+// A warp's sum of its row's terms (each lane's VPT * 8 of them); with REDUX_SUM in fixed point,
+// the terms being each at most 1 but for the rounding of the max they are taken against, under 2
+// while |max| < 2^24 (logits below 1e7 in magnitude): twice VPT * 8 bounds a lane.
+__device__ __forceinline__ float row_sum(float v) {
+#if REDUX_SUM
+    return warp_sum_fixed<bits_for(VPT * 8) + 1, 2>(v);
+#else
+    return warp_sum(v);
+#endif
+}
+// A combine's sum of pairs' sums against the common max: no lane's part exceeds the row's
+// BLOCKS * THREADS * VPT * 8 terms, twice which bounds it; with REDUX_SUM 48 bits of fixed
+// point, so that the unit (2^-26 at most) stays far below a sum of at least 1.
+__device__ __forceinline__ float combine_sum(float v) {
+#if REDUX_SUM
+    return warp_sum_fixed<bits_for(BLOCKS * THREADS * VPT * 8) + 1, 3>(v);
+#else
+    return warp_sum(v);
+#endif
+}
 // A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
 // sum, from a NaN or +inf input, stays NaN, as in torch).
 __device__ __forceinline__ float weigh(float s, float m, float big) {
@@ -216,7 +246,7 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
     const float si = lane < n ? ss[lane] : 0.f;
     const float mi = si == 0.f ? NEG_INF : ms[lane];
     m = warp_max(mi);
-    s = warp_sum(weigh(si, mi, m));
+    s = combine_sum(weigh(si, mi, m));
 }
 
 #if CLUSTER > 1 && WARP_PAIRS
@@ -233,7 +263,7 @@ __device__ __forceinline__ void combine_strided(const float* ms, const float* ss
     #pragma unroll
     for (int i = lane; i < N; i += 32) sl += weigh(ss[i], ms[i], ml);
     m = warp_max(ml);
-    s = warp_sum(weigh(sl, ml, m));
+    s = combine_sum(weigh(sl, ml, m));
 }
 #endif
 
@@ -334,13 +364,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         for (int k = 0; k < 4; ++k)
             s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
-#if REDUX_SUM
-    // A lane's VPT * 8 terms are each at most 1 but for the rounding of mw, under 2 while
-    // |mw| < 2^24 (logits below 1e7 in magnitude): twice VPT * 8 bounds the lane.
-    s = warp_sum_fixed<bits_for(VPT * 8) + 1>(s);
-#else
-    s = warp_sum(s);
-#endif
+    s = row_sum(s);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #if CLUSTER > 1 && WARP_PAIRS
     // Each warp hands its pair to block 0 and leaves, but block 0's warp 0, which waits for
@@ -415,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
                                    : make_float2(NEG_INF, 0.f);
     const float mi = q.y == 0.f ? NEG_INF : q.x;
     m_all = warp_max(mi);
-    s_all = warp_sum(weigh(q.y, mi, m_all));
+    s_all = combine_sum(weigh(q.y, mi, m_all));
     if (lane == 0) arrived[row] = 0;  // every block of the row has counted itself in
 #else
     if (warp != 0) return;

@@ -370,19 +370,25 @@ def test_with_redux_max_a_warp_max_is_one_redux_not_five_shuffles(task) -> None:
     assert shuffles.count("shfl.sync") - redux.count("shfl.sync") == 10
 
 
-def test_with_redux_sum_a_rows_warp_sum_is_two_redux_adds_in_fixed_point(task) -> None:
-    """Over a cluster of 8 with warp_pairs: with redux_sum each warp's sum of its row's terms is
-    two redux adds (the 16-bit halves) and a vote (for a NaN), its five shuffles gone, the
-    combine's sum keeping its own; at two vectors a thread (16 terms a lane, each at most 1) the
-    lane's sum is scaled by 2^27, so that twice the bound fits a lane's 32 bits."""
+def test_with_redux_sum_every_warp_sum_is_redux_adds_in_fixed_point(task) -> None:
+    """Over a cluster of 8 blocks of 256 threads with warp_pairs: with redux_sum each warp's sum
+    of its row's terms is two redux adds (16-bit halves) and block 0's combine three (48 bits),
+    each beside a vote (for a NaN), and the ten shuffles of the two sums are gone (the two maxes
+    keep theirs). At two vectors a thread a lane's row sum (16 terms, each at most 1) is scaled
+    by 2^27 and a combine's part (at most the row's 32768 terms) by 2^16, so that twice each
+    bound fits 32 bits; the combine takes its whole units truncated and the 16 bits below them
+    rounded."""
     plain = _cluster8_ptx(task, warp_pairs=True)
     fixed = _cluster8_ptx(task, warp_pairs=True, redux_sum=True)
     assert "redux.sync.add" not in plain
-    assert fixed.count("redux.sync.add.u32") == 2
-    assert "vote.sync.any" in fixed
-    assert plain.count("shfl.sync") - fixed.count("shfl.sync") == 5
+    assert fixed.count("redux.sync.add.u32") == 5
+    assert fixed.count("vote.sync.any") == 2
+    assert plain.count("shfl.sync") == 20
+    assert fixed.count("shfl.sync") == 10
     assert re.search(r"mul\.ftz\.f32\s+%f\d+, %f\d+, 0f4D000000;", fixed)  # 2^27
-    assert re.search(r"cvt\.rni\.ftz\.u32\.f32", fixed)
+    assert re.search(r"mul\.ftz\.f32\s+%f\d+, %f\d+, 0f47800000;", fixed)  # 2^16
+    assert re.search(r"cvt\.rzi\.ftz\.u32\.f32", fixed)
+    assert len(re.findall(r"cvt\.rni\.ftz\.u32\.f32", fixed)) == 2
 
 
 def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_clamped(
