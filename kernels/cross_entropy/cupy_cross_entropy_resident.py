@@ -190,10 +190,11 @@ __device__ __forceinline__ float warp_sum(float v) {
 // ceil(log2(n)), for n >= 1.
 __device__ constexpr int bits_for(int n) { return n <= 1 ? 0 : 1 + bits_for((n + 1) / 2); }
 // warp_sum() of 0 <= v < 2^B in fixed point: each lane's whole units of 2^(B - 32) as two
-// 16-bit halves, and with PARTS 3 the 16 bits below them as a third part, each part summed by
-// one redux (32 parts fit 22 bits). Only each lane's rounding to the last part's unit and the
-// float rounding of the total are inexact, whatever the lanes' order. A NaN on any lane makes
-// the sum NaN (its conversion would read 0).
+// 16-bit halves, and with PARTS 3 the fraction below them, rounded to 2^-16 of a unit (up to
+// 65536 of them, a carry), as a third part; each part is summed by one redux (32 parts fit 22
+// bits). Only each lane's rounding to the last part's unit and the float roundings of the total
+// are inexact, whatever the lanes' order. A NaN on any lane makes the sum NaN (its conversion
+// would read 0).
 template <int B, int PARTS>
 __device__ __forceinline__ float warp_sum_fixed(float v) {
     const float x = v * __int_as_float((127 + 32 - B) << 23);
@@ -225,7 +226,8 @@ __device__ __forceinline__ float row_sum(float v) {
 }
 // A combine's sum of pairs' sums against the common max: no lane's part exceeds the row's
 // BLOCKS * THREADS * VPT * 8 terms, twice which bounds it; with REDUX_SUM 48 bits of fixed
-// point, so that the unit (2^-26 at most) stays far below a sum of at least 1.
+// point, so that the unit (2^-24 at most, at 32 blocks of 1024 threads of 32 vectors through
+// global memory) stays far below the sum, about 1 at least (the max's own term).
 __device__ __forceinline__ float combine_sum(float v) {
 #if REDUX_SUM
     return warp_sum_fixed<bits_for(BLOCKS * THREADS * VPT * 8) + 1, 3>(v);
@@ -519,8 +521,8 @@ SWITCHES = (
 
 def compile_options(threads: int, launch: Launch, **switches: bool) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90) and SWITCHES (absent ones
-    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max and the row's warp
-    sums (REDUX_MAX, REDUX_SUM: redux needs sm_80), the load hint (PREFETCH_256B) and the
+    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max and the warp sums
+    (REDUX_MAX, REDUX_SUM: redux needs sm_80), the load hint (PREFETCH_256B) and the
     target fetch (TARGET_FIRST). The block size is a compile-time constant so that each thread's
     vector offsets are immediates, not registers."""
     unknown = sorted(set(switches) - set(SWITCHES))

@@ -370,25 +370,48 @@ def test_with_redux_max_a_warp_max_is_one_redux_not_five_shuffles(task) -> None:
     assert shuffles.count("shfl.sync") - redux.count("shfl.sync") == 10
 
 
-def test_with_redux_sum_every_warp_sum_is_redux_adds_in_fixed_point(task) -> None:
+def _scales_into(ptx: str, conversion: str) -> list[str]:
+    """The constants (PTX hex floats) of the multiplies whose results `conversion` (a float to
+    u32 cvt) takes."""
+    scale = dict(re.findall(r"mul\.ftz\.f32\s+(%f\d+), %f\d+, (0f[0-9A-F]{8});", ptx))
+    sources = re.findall(rf"{re.escape(conversion)}\s+%r\d+, (%f\d+);", ptx)
+    return sorted(scale.get(source, "none") for source in sources)
+
+
+@pytest.mark.parametrize(
+    "cols,row_scale,combine_scale",
+    [
+        # 2 vectors a thread (16 terms, B = 5) and 32768 terms a row (B = 16)
+        (32000, "0f4D000000", "0f47800000"),
+        # 8 vectors a thread (64 terms, B = 7) and 131072 terms a row (B = 18)
+        (128256, "0f4C000000", "0f46800000"),
+    ],
+)
+def test_with_redux_sum_every_warp_sum_is_redux_adds_in_fixed_point(
+    task, cols, row_scale, combine_scale
+) -> None:
     """Over a cluster of 8 blocks of 256 threads with warp_pairs: with redux_sum each warp's sum
     of its row's terms is two redux adds (16-bit halves) and block 0's combine three (48 bits),
     each beside a vote (for a NaN), and the ten shuffles of the two sums are gone (the two maxes
-    keep theirs). At two vectors a thread a lane's row sum (16 terms, each at most 1) is scaled
-    by 2^27 and a combine's part (at most the row's 32768 terms) by 2^16, so that twice each
-    bound fits 32 bits; the combine takes its whole units truncated and the 16 bits below them
-    rounded."""
-    plain = _cluster8_ptx(task, warp_pairs=True)
-    fixed = _cluster8_ptx(task, warp_pairs=True, redux_sum=True)
+    keep theirs). A lane's row sum is scaled by 2^(32 - B) for twice its terms' count 2^(B - 1)
+    and rounded; a combine's part likewise for twice the row's terms, its whole units truncated
+    and the fraction below them scaled by 2^16 and rounded."""
+    module = candidate_module(task, RESIDENT)
+    launch = module.plan(cols // 8, 256, 8)
+    assert launch.cluster == 8
+
+    def ptx(**switches) -> str:
+        options = module.compile_options(256, launch, warp_pairs=True, **switches)
+        return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
+
+    plain, fixed = ptx(), ptx(redux_sum=True)
     assert "redux.sync.add" not in plain
     assert fixed.count("redux.sync.add.u32") == 5
     assert fixed.count("vote.sync.any") == 2
     assert plain.count("shfl.sync") == 20
     assert fixed.count("shfl.sync") == 10
-    assert re.search(r"mul\.ftz\.f32\s+%f\d+, %f\d+, 0f4D000000;", fixed)  # 2^27
-    assert re.search(r"mul\.ftz\.f32\s+%f\d+, %f\d+, 0f47800000;", fixed)  # 2^16
-    assert re.search(r"cvt\.rzi\.ftz\.u32\.f32", fixed)
-    assert len(re.findall(r"cvt\.rni\.ftz\.u32\.f32", fixed)) == 2
+    assert _scales_into(fixed, "cvt.rzi.ftz.u32.f32") == [combine_scale]
+    assert _scales_into(fixed, "cvt.rni.ftz.u32.f32") == sorted([row_scale, "0f47800000"])
 
 
 def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_clamped(
