@@ -28,8 +28,9 @@ has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bit
 ints of the same order, not five shuffles, and with `redux_sum` each warp sum on a row's way
 to its loss is `redux.sync` adds on the terms in fixed point, not five shuffles and adds: a
 warp's sum of its row's terms two (2^-27 a unit at two vectors a thread), a combine's, of terms
-up to a row's length, three (48 bits); the lanes' order then changes nothing. With `prefetch_256b` each row load asks L2
-to fetch the 256 bytes around it (`ld.global.L2::256B`), a hint that changes no value. With
+up to a row's length, three (48 bits); the lanes' order then changes nothing. With
+`prefetch_256b` each row load asks L2 to fetch the 256 bytes around it (`ld.global.L2::256B`),
+a hint that changes no value. With
 `target_first` the loss's warp loads the target's index before the row and its logit while the
 row is summed; without it the compiled code loads both only once the row's first vectors have
 arrived, one after the other, and waits for them before it sums.
@@ -506,17 +507,9 @@ def plan(n_vec: int, threads: int, slice_kb: int, exchange: str = "cluster") -> 
     return Launch(blocks, slice_vec, vectors_per_thread, exchange if blocks > 1 else "cluster")
 
 
-# The kernel's compile-time switches, as kernel() and PARAMS name them; NVRTC gets each as the
-# macro of its name in capitals, 0 or 1.
-SWITCHES = (
-    "early_exit",
-    "warp_pairs",
-    "async_pairs",
-    "redux_max",
-    "redux_sum",
-    "prefetch_256b",
-    "target_first",
-)
+# The kernel's compile-time switches: PARAMS' on/off entries, as kernel() names them too; NVRTC
+# gets each as the macro of its name in capitals, 0 or 1.
+SWITCHES = tuple(name for name, values in PARAMS.items() if values == [False, True])
 
 
 def compile_options(threads: int, launch: Launch, **switches: bool) -> tuple[str, ...]:

@@ -162,11 +162,11 @@ def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
         )
 
 
-# The resident candidates' switches compiled beside each plain launch: the cluster exchange's only
-# where a cluster takes the row, ANY_LAUNCH's (warp max and sums, load hint, target fetch) at
-# every launch.
+# The resident candidates' switches compiled beside each plain launch: ANY_LAUNCH's (warp max
+# and sums, load hint, target fetch) at every launch, the cluster exchange's only where a cluster
+# takes the row.
 ANY_LAUNCH = {"redux_max": True, "redux_sum": True, "prefetch_256b": True, "target_first": True}
-SWITCH_SETS = (
+CLUSTER_SWITCH_SETS = (
     {"early_exit": True},
     {"warp_pairs": True},
     {
@@ -176,7 +176,6 @@ SWITCH_SETS = (
         "redux_sum": True,
         "target_first": True,
     },
-    ANY_LAUNCH,
 )
 
 
@@ -208,8 +207,9 @@ def assert_resident_launches_compile(task: Task, candidate: str) -> None:
             [f"-arch={arch}", *module.compile_options(threads, launch)],
             f"{candidate} {arch} threads={threads} {launch}",
         )
-        for switches in SWITCH_SETS:
-            if set(switches) <= set(space) and (launch.cluster > 1 or switches is ANY_LAUNCH):
+        switch_sets = (ANY_LAUNCH, *CLUSTER_SWITCH_SETS) if launch.cluster > 1 else (ANY_LAUNCH,)
+        for switches in switch_sets:
+            if set(switches) <= set(space):
                 assert_cuda_compiles(
                     module.SOURCE,
                     [f"-arch={arch}", *module.compile_options(threads, launch, **switches)],

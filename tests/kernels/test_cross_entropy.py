@@ -304,11 +304,11 @@ def test_the_resident_source_compiles_at_every_launch_of_the_gpu_shapes(task) ->
     assert_resident_launches_compile(task, RESIDENT)
 
 
-def _cluster8_ptx(task, **switches) -> str:
-    """The resident kernel's sm_90 PTX at 32000 columns over a cluster of 8 blocks of 256
+def _cluster8_ptx(task, cols: int = 32000, **switches) -> str:
+    """The resident kernel's sm_90 PTX at `cols` columns over a cluster of 8 blocks of 256
     threads, with `switches` (the kernel's SWITCHES) on."""
     module = candidate_module(task, RESIDENT)
-    launch = module.plan(32000 // 8, 256, 8)
+    launch = module.plan(cols // 8, 256, 8)
     assert launch.cluster == 8
     options = module.compile_options(256, launch, **switches)
     return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
@@ -396,15 +396,8 @@ def test_with_redux_sum_every_warp_sum_is_redux_adds_in_fixed_point(
     keep theirs). A lane's row sum is scaled by 2^(32 - B) for twice its terms' count 2^(B - 1)
     and rounded; a combine's part likewise for twice the row's terms, its whole units truncated
     and the fraction below them scaled by 2^16 and rounded."""
-    module = candidate_module(task, RESIDENT)
-    launch = module.plan(cols // 8, 256, 8)
-    assert launch.cluster == 8
-
-    def ptx(**switches) -> str:
-        options = module.compile_options(256, launch, warp_pairs=True, **switches)
-        return cuda_ptx(module.SOURCE, ["-arch=sm_90", *options])
-
-    plain, fixed = ptx(), ptx(redux_sum=True)
+    plain = _cluster8_ptx(task, cols, warp_pairs=True)
+    fixed = _cluster8_ptx(task, cols, warp_pairs=True, redux_sum=True)
     assert "redux.sync.add" not in plain
     assert fixed.count("redux.sync.add.u32") == 5
     assert fixed.count("vote.sync.any") == 2
