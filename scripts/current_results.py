@@ -1,0 +1,292 @@
+"""The kernel library's results as they stand, on one page: docs/benchmarks/CURRENT.md, built
+from what docs/benchmarks/current.json names, and from nothing typed by hand.
+
+current.json names, per task, the dispatch table in force (`per_op`: a dispatch-<task>.json
+under docs/benchmarks/), the tasks that have none and why (`not_tabled`), the decoder blocks'
+tables in force (`block_tables`, a folder) and the decoder-block runs to show (`blocks`: e2e JSON
+files of scripts/bench_e2e_block.py). For every entry of every table the page shows the bench
+that chose it: the committed `autotune bench --json` document whose winner on that shape has
+the entry's speedup, with its candidate and peer times, 95 % intervals and % of copy, as
+scripts/dispatch_from_bench.py prints them, and the file it came from. An entry that no
+committed bench, or more than one, explains is an error.
+
+    uv run python scripts/current_results.py           # rewrite CURRENT.md
+    uv run python scripts/current_results.py --check   # exit 1 if CURRENT.md is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from dispatch_from_bench import markdown  # noqa: E402
+
+from loop.dispatch import from_benches, is_bench_doc, load_dispatch  # noqa: E402
+from loop.tasks import load_task  # noqa: E402
+
+BENCHMARKS = ROOT / "docs" / "benchmarks"
+MANIFEST = BENCHMARKS / "current.json"
+PAGE = BENCHMARKS / "CURRENT.md"
+VARIANTS = ("eager", "compiled", "tuned", "compiled-tuned")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the page shows (paths relative to the repository's root)."""
+
+    per_op: dict[str, Path]
+    not_tabled: dict[str, str]
+    block_tables: Path
+    blocks: list[Path]
+
+
+def load_manifest(path: Path, root: Path = ROOT) -> Manifest:
+    """current.json, checked: every path must exist under `root`; errors name the field."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: must hold an object")
+    expected = {"per_op", "not_tabled", "block_tables", "blocks"}
+    if set(raw) != expected:
+        raise ValueError(f"{path}: fields must be {sorted(expected)}, got {sorted(raw)}")
+
+    def existing(value: object, field: str, folder: bool = False) -> Path:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{path}: '{field}' must be a path relative to the repository")
+        found = root / value
+        if not (found.is_dir() if folder else found.is_file()):
+            kind = "folder" if folder else "file"
+            raise ValueError(f"{path}: '{field}': no such {kind} {value}")
+        return Path(value)
+
+    for field in ("per_op", "not_tabled"):
+        if not isinstance(raw[field], dict):
+            raise ValueError(f"{path}: '{field}' must be an object keyed by task")
+    if not isinstance(raw["blocks"], list):
+        raise ValueError(f"{path}: 'blocks' must be a list of e2e JSON files")
+    both = sorted(set(raw["per_op"]) & set(raw["not_tabled"]))
+    if both:
+        raise ValueError(f"{path}: tasks both in 'per_op' and 'not_tabled': {both}")
+    for task, why in raw["not_tabled"].items():
+        if not isinstance(why, str) or not why:
+            raise ValueError(f"{path}: 'not_tabled.{task}' must say why the task has no table")
+    tasks = {p.parent.name for p in (root / "kernels").glob("*/task.py")}
+    named = set(raw["per_op"]) | set(raw["not_tabled"])
+    if named != tasks:
+        raise ValueError(
+            f"{path}: 'per_op' and 'not_tabled' must name every task under kernels/ once: "
+            f"missing {sorted(tasks - named)}, unknown {sorted(named - tasks)}"
+        )
+    return Manifest(
+        per_op={t: existing(p, f"per_op.{t}") for t, p in raw["per_op"].items()},
+        not_tabled=dict(raw["not_tabled"]),
+        block_tables=existing(raw["block_tables"], "block_tables", folder=True),
+        blocks=[existing(p, f"blocks[{i}]") for i, p in enumerate(raw["blocks"])],
+    )
+
+
+def bench_docs(folder: Path) -> list[tuple[Path, dict]]:
+    """Every `autotune bench --json` document under `folder`, with its file."""
+    docs = []
+    for file in sorted(folder.rglob("*.json")):
+        try:
+            doc = json.loads(file.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if is_bench_doc(doc):
+            docs.append((file, doc))
+    return docs
+
+
+def _explains(entry: dict, row: dict) -> bool:
+    """Whether a bench's row for the entry's shape is the one that chose the entry."""
+    if row["shape"] != entry["shape"] or row["winner"] != entry["source"]:
+        return False
+    if entry["source"] == "candidate":
+        if (row["candidate"], row["params"]) != (entry["name"], entry.get("params") or {}):
+            return False
+    elif row["best_peer"] != entry["name"]:
+        return False
+    ours, theirs = entry.get("speedup"), row["speedup"]
+    if ours is None or theirs is None:
+        return ours is theirs
+    return ours["ratio"] == theirs["ratio"]
+
+
+def chosen_by(task_name: str, entry: dict, docs: list[tuple[Path, dict]]) -> tuple[dict, Path]:
+    """The bench row that chose a table entry, and its file: exactly one must."""
+    task = load_task(task_name)
+    found = []
+    for file, doc in docs:
+        if doc.get("task") != task_name or entry["shape"] not in (doc.get("shapes") or {}):
+            continue
+        try:
+            _, rows = from_benches(task, [doc])
+        except ValueError:  # a candidate file removed since: it chose no entry in force
+            continue
+        found += [(row, file) for row in rows if _explains(entry, row)]
+    if len(found) != 1:
+        where = ", ".join(str(f) for _, f in found) or "none"
+        raise ValueError(
+            f"{task_name} {entry['shape']}: {len(found)} committed benches chose its entry "
+            f"({entry['source']} {entry['name']}), one must ({where})"
+        )
+    return found[0]
+
+
+def per_op_section(task_name: str, table: Path, docs: list[tuple[Path, dict]], root: Path) -> str:
+    """A task's table in force, each row as timed by the bench that chose it."""
+    loaded = load_dispatch(root / table)
+    if loaded.get("task") != task_name:
+        raise ValueError(f"per_op.{task_name}: {table} is the table of {loaded.get('task')!r}")
+    chosen = [chosen_by(task_name, e, docs) for e in loaded["entries"]]
+    timed = [f"- {row['shape']}: {_link(file, root)}" for row, file in chosen]
+    return "\n".join(
+        [
+            markdown(task_name, [row for row, _ in chosen]),
+            f"Table: {_link(root / table, root)}. Timed in:",
+            "",
+            *timed,
+            "",
+        ]
+    )
+
+
+def _link(path: Path, root: Path) -> str:
+    """A Markdown link to `path`, relative to the page's folder."""
+    rel = path.relative_to(root / "docs" / "benchmarks")
+    return f"[{rel}]({rel})"
+
+
+def _us(times: dict, variant: str) -> str:
+    return f"{times[variant]['median'] * 1e6:.1f}" if variant in times else "-"
+
+
+def _ratio(row: dict, key: str) -> str:
+    r = row.get(key)
+    return f"{r['ratio']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r else "-"
+
+
+def _tables(dispatch_dir: str | None, current: Path) -> str:
+    if not dispatch_dir:
+        return "-"
+    if Path(dispatch_dir).parts[-len(current.parts) :] == current.parts:
+        return "in force"
+    if dispatch_dir.startswith("/tmp/"):
+        return "a copy made in the call (its CALL.txt)"
+    return str(Path(dispatch_dir)).removeprefix("docs/benchmarks/")
+
+
+def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
+    """One Markdown row per decoder block of an e2e run: its four variants' times, the tuned
+    blocks against the compiled one, the decode stream's % of copy, the host's bandwidths."""
+    doc = json.loads((root / e2e).read_text())
+    lines = []
+    for row in doc["results"]:
+        times = row["times_s"]
+        pct = row.get("stream_pct_of_copy") or {}
+        wrong = [v for v, ok in row.get("correct", {}).items() if not ok and v in VARIANTS]
+        size = f"{row['mode']} b{row['batch']} {row['length'] // 1024}k"
+        cells = [
+            row["kind"] + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
+            size,
+            str(row.get("layers") or 1),
+            *(_us(times, v) for v in VARIANTS),
+            _ratio(row, "tuned_vs_compiled"),
+            _ratio(row, "compiled_tuned_vs_compiled"),
+            " / ".join(f"{pct[v]:.1f}" for v in ("tuned", "compiled-tuned") if v in pct) or "-",
+            f"{doc['copy_bytes_per_s'] / 1e12:.2f} / {doc['read_bytes_per_s'] / 1e12:.2f}"
+            if doc.get("read_bytes_per_s")
+            else f"{doc['copy_bytes_per_s'] / 1e12:.2f} / -",
+            _tables(doc.get("dispatch_dir"), current),
+            _link(root / e2e, root),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+BLOCK_HEAD = [
+    "block",
+    "size",
+    "layers",
+    *(f"{v} us" for v in VARIANTS),
+    "tuned vs compiled [95% CI]",
+    "compiled-tuned vs compiled [95% CI]",
+    "stream % of copy (tuned / compiled-tuned)",
+    "host copy / read TB/s",
+    "tables",
+    "run",
+]
+
+
+def render(manifest: Manifest, root: Path = ROOT) -> str:
+    """The whole page."""
+    docs = bench_docs(root / "docs" / "benchmarks")
+    lines = [
+        "# The kernel library's results as they stand",
+        "",
+        "Generated by `scripts/current_results.py` from [current.json](current.json) and the "
+        "committed bench and e2e JSON; do not edit by hand. Each write-up under this folder says "
+        "how its numbers were taken; [README.md](README.md) indexes them.",
+        "",
+        "## Per op: the dispatch tables in force",
+        "",
+        "Each row is the bench that chose the table's entry for that shape (the candidate's and "
+        "the peers' times in one interleaved run, 95 % intervals; the speedup is against the "
+        "fastest peer of that run; % copy BW against the copy bandwidth measured in that run).",
+        "",
+    ]
+    for task in sorted(manifest.per_op):
+        lines.append(per_op_section(task, manifest.per_op[task], docs, root))
+    if manifest.not_tabled:
+        lines += ["Tasks without a per-op table:", ""]
+        lines += [f"- {task}: {why}" for task, why in sorted(manifest.not_tabled.items())]
+        lines.append("")
+    lines += [
+        "## Decoder blocks",
+        "",
+        f"Block tables in force: {_link(root / manifest.block_tables, root)}. Each row is one block of one run under "
+        "CUDA graphs: eager, `torch.compile` of it, `tuned` (the eager block with the tables' "
+        "winners swapped in) and `compiled-tuned` (`torch.compile` of the tuned block). The "
+        "decode target is the weights and KV streamed at 90 % of the run's copy bandwidth. "
+        "`tables` says whether the run used the tables in force.",
+        "",
+        "| " + " | ".join(BLOCK_HEAD) + " |",
+        "|" + "---|" * len(BLOCK_HEAD),
+    ]
+    for e2e in manifest.blocks:
+        lines += block_rows(e2e, manifest.block_tables, root)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only say whether the page is current")
+    args = parser.parse_args(argv)
+    try:
+        text = render(load_manifest(MANIFEST))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if not PAGE.is_file() or PAGE.read_text() != text:
+            print(f"{PAGE} is out of date: run scripts/current_results.py", file=sys.stderr)
+            return 1
+        print(f"{PAGE} is current")
+        return 0
+    PAGE.write_text(text)
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
