@@ -1,6 +1,7 @@
 """End-to-end decoder blocks built from swappable ops, to measure whether tuned kernels compound.
 
-Two block kinds, one forward function each for a decode step and for a prefill:
+Two block kinds, one forward function each for a decode step and for a prefill (and, for
+Llama's, a chunk of a long prompt's prefill onto the cache of its earlier tokens):
 
 - `LlamaConfig`: a Llama-3-8B-like block (RMSNorm, fused QKV projection, NeoX rope, GQA
   attention, output projection, residual add + RMSNorm, merged gate/up projection, SwiGLU,
@@ -28,7 +29,10 @@ tuned kernels opaque ops inside it.
 
 A decode step takes the KV cache as an input that already holds the new token's slot (the
 append is the caller's job): it attends over the whole cache and returns the new token's
-cache entries with the block's output, so the work of computing them stays in the graph.
+cache entries with the block's output, so the work of computing them stays in the graph. A
+chunked prefill step does the same for its chunk's tokens: the cache holds the prompt's earlier
+tokens and the chunk's slots, and each of the chunk's tokens attends to every token before it
+and itself (the chunk is the cache's last tokens).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from loop.dispatch import Choice, load
 from loop.guards import declares_strided_inputs
@@ -261,8 +266,14 @@ def _attention_decode(q, k_cache, v_cache) -> torch.Tensor:
 
 
 def _attention_prefill(q, k, v) -> torch.Tensor:
+    """Causal; with fewer queries than keys, the queries are the last tokens (a chunk of a
+    prompt after its cached tokens), as in the prefill_attention task."""
     k, v = _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1])
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if q.shape[2] == k.shape[2]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_lower_right(q.shape[2], k.shape[2])
+    )
 
 
 def _mla_decode(q_nope, q_pe, ckv, kpe) -> torch.Tensor:
@@ -502,6 +513,16 @@ def _tuned_kernel_fake(args: list[torch.Tensor], index: int) -> list[torch.Tenso
     return _as_list(_KERNELS[index][1](*args))
 
 
+def _attention_prefill_shape(q, k, v) -> torch.Tensor:
+    """The prefill attention's output, uncomputed (B, heads, queries, v's head_dim)."""
+    return q.new_empty(*q.shape[:-1], v.shape[-1])
+
+
+# The outputs of eager ops that cannot run on the compiler's fake tensors: the causal mask of a
+# chunk's queries onto a longer cache (a tensor subclass) cannot be made of one.
+_SHAPES_ONLY: dict[str, Callable] = {"attention_prefill": _attention_prefill_shape}
+
+
 # Numbers the tuned ops, for the calls dynamo traces (an int is a constant to every torch
 # version's dynamo, and guarded by value; an object argument to an assumed-constant function
 # fails to trace in torch 2.11).
@@ -580,7 +601,7 @@ def _tuned_op(op: str, table: Path, eager: Callable, notes: list[str]) -> Callab
     # What the custom op's fake runs while the compiler traces, for the outputs' shapes: the
     # plain eager op, not `eager`, whose composition of tuned ops would consult their tables at
     # dims the block never runs them at (and note them).
-    shapes_of = getattr(eager_ops(), op)
+    shapes_of = _SHAPES_ONLY.get(op) or getattr(eager_ops(), op)
     resolved: dict[tuple, tuple[int | None, int | None]] = {}
     # Every tuned op's `run` shares one code object, and an assumed-constant result is not
     # guarded: passing this op's own number makes dynamo guard on it, so a block compiled from
@@ -691,6 +712,7 @@ class Block:
     decode: Callable[..., tuple[torch.Tensor, ...]]
     prefill: Callable[..., tuple[torch.Tensor, ...]]
     label: str = "eager"
+    chunk: Callable[..., tuple[torch.Tensor, ...]] | None = None  # Llama's only
 
 
 def _mlp(ops: Ops, w: dict[str, torch.Tensor], attn: torch.Tensor, x: torch.Tensor):
@@ -743,7 +765,19 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         attn = ops.attention_prefill(*heads).transpose(1, 2).reshape(b * t, nq * d)
         return (_mlp(ops, w, attn, flat).reshape(b, t, hidden),)
 
-    return Block(cfg, decode, prefill, ops.label)
+    def chunk(x, k_cache, v_cache, cos, sin):
+        """x (B, T, hidden), a prompt's next T tokens; caches (B, kv_heads, L, d) holding the
+        prompt's L - T tokens before them and the chunk's T slots; cos and sin (T, d/2) at
+        positions L - T to L - 1. Returns (out (B, T, hidden), k_new, v_new (B, T, kv_heads,
+        d))."""
+        b, t, hidden = x.shape
+        flat = x.reshape(b * t, hidden)
+        q, k, v = attention_in(flat, cos.repeat(b, 1), sin.repeat(b, 1))
+        attn = ops.attention_prefill(q.reshape(b, t, nq, d).transpose(1, 2), k_cache, v_cache)
+        out = _mlp(ops, w, attn.transpose(1, 2).reshape(b * t, nq * d), flat)
+        return out.reshape(b, t, hidden), k.reshape(b, t, nkv, d), v.reshape(b, t, nkv, d)
+
+    return Block(cfg, decode, prefill, ops.label, chunk)
 
 
 def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
@@ -805,32 +839,42 @@ def decoder_block(cfg: BlockConfig, weights: dict[str, torch.Tensor], ops: Ops) 
 def compiled_block(block: Block, backend: str = "inductor") -> Block:
     """torch.compile of `block`'s forward functions (specialised per shape), compiled on first
     call; a tuned block's kernels stay opaque ops inside the compiled graph."""
+
+    def compiled(fn: Callable | None) -> Callable | None:
+        return None if fn is None else torch.compile(fn, dynamic=False, backend=backend)
+
     return Block(
         block.cfg,
-        torch.compile(block.decode, dynamic=False, backend=backend),
-        torch.compile(block.prefill, dynamic=False, backend=backend),
+        compiled(block.decode),
+        compiled(block.prefill),
         f"compiled {block.label}" if block.label != "eager" else "compiled",
+        compiled(block.chunk),
     )
 
 
 def stacked_block(blocks: list[Block]) -> Block:
     """Blocks run in sequence, as a model's layers are: each with its own weights and, at
-    decode, its own caches (`make_inputs(..., layers=len(blocks))` stacks them on a leading
-    layer dim). `decode` returns the last output and every layer's new cache entries."""
+    decode and in a chunked prefill, its own caches (`make_inputs(..., layers=len(blocks))`
+    stacks them on a leading layer dim). `decode` and `chunk` return the last output and every
+    layer's new cache entries."""
 
-    def decode(x, caches_a, caches_b, cos, sin):
-        new = []
-        for i, block in enumerate(blocks):
-            x, a, b = block.decode(x, caches_a[i], caches_b[i], cos, sin)
-            new += [a, b]
-        return (x, *new)
+    def over_caches(step: str) -> Callable:
+        def run(x, caches_a, caches_b, cos, sin):
+            new = []
+            for i, block in enumerate(blocks):
+                x, a, b = getattr(block, step)(x, caches_a[i], caches_b[i], cos, sin)
+                new += [a, b]
+            return (x, *new)
+
+        return run
 
     def prefill(x, cos, sin):
         for block in blocks:
             (x,) = block.prefill(x, cos, sin)
         return (x,)
 
-    return Block(blocks[0].cfg, decode, prefill, blocks[0].label)
+    chunk = over_caches("chunk") if blocks[0].chunk is not None else None
+    return Block(blocks[0].cfg, over_caches("decode"), prefill, blocks[0].label, chunk)
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -845,6 +889,9 @@ def rope_tables(cfg: BlockConfig, positions: torch.Tensor) -> tuple[torch.Tensor
     return torch.cos(angles).float(), torch.sin(angles).float()
 
 
+MODES = ("decode", "prefill", "chunk")
+
+
 def make_inputs(
     cfg: BlockConfig,
     mode: str,
@@ -853,16 +900,29 @@ def make_inputs(
     device: str | torch.device = "cpu",
     seed: int = 0,
     layers: int | None = None,
+    tokens: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Inputs of `Block.decode` (mode "decode", `length` = context, the new token at position
-    length - 1) or `Block.prefill` (mode "prefill", `length` = tokens), in the device's dtype;
+    length - 1), `Block.prefill` (mode "prefill", `length` = tokens) or `Block.chunk` (mode
+    "chunk", Llama's: the last `tokens` of a `length`-token prompt), in the device's dtype;
     with `layers`, of a `stacked_block` of that many (the caches on a leading layer dim).
     Activations and caches ~ N(0, 1)."""
-    if mode not in ("decode", "prefill"):
-        raise ValueError(f"mode must be 'decode' or 'prefill', got {mode!r}")
-    for name, value in (("batch", batch), ("length", length), ("layers", layers or 1)):
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if (mode == "chunk") != (tokens is not None):
+        raise ValueError(f"tokens is given with mode 'chunk' only (mode {mode!r}, tokens {tokens})")
+    if mode == "chunk" and not isinstance(cfg, LlamaConfig):
+        raise ValueError("a chunked prefill is modelled for llama blocks only")
+    for name, value in (
+        ("batch", batch),
+        ("length", length),
+        ("layers", 1 if layers is None else layers),
+        ("tokens", 1 if tokens is None else tokens),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if tokens is not None and tokens > length:
+        raise ValueError(f"a chunk of {tokens} tokens is longer than its prompt ({length})")
     stack = () if layers is None else (layers,)
     dtype = default_dtype(device)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -873,6 +933,10 @@ def make_inputs(
     if mode == "prefill":
         cos, sin = rope_tables(cfg, torch.arange(length, device=device))
         return draw(batch, length, cfg.hidden), cos, sin
+    if mode == "chunk":
+        cos, sin = rope_tables(cfg, torch.arange(length - tokens, length, device=device))
+        shape = (*stack, batch, cfg.kv_heads, length, cfg.head_dim)
+        return draw(batch, tokens, cfg.hidden), draw(*shape), draw(*shape), cos, sin
     pos = torch.full((batch,), length - 1, device=device)
     cos, sin = rope_tables(cfg, pos)
     x = draw(batch, cfg.hidden)

@@ -1,5 +1,6 @@
 """Do tuned kernels compound? A whole decoder block (Llama-like, and DeepSeek-like with MLA) at
-decode and prefill sizes, timed under CUDA graphs: eager ops, torch.compile of the eager block,
+decode and prefill sizes (and Llama's at a chunk of a long prompt's prefill), timed under CUDA
+graphs: eager ops, torch.compile of the eager block,
 the tuned ops the dispatch tables of an `autotune run` directory (or of
 scripts/dispatch_from_bench.py) pick, and torch.compile of that tuned block (GPU only).
 
@@ -14,6 +15,10 @@ against eager and compiled. Decode sizes also report the bytes a step must strea
 cache) per second, as a % of an SM copy kernel and of an SM read kernel measured in the same
 run, and with --profile each kernel of a replay and the idle gaps between them. The decode
 target is 90 % of copy bandwidth.
+
+A size is mode:batch:length, or chunk:batch:length:tokens for the last `tokens` of a
+`length`-token prompt prefilled onto the cache of the tokens before them (Llama's block only),
+e.g. --kinds llama --sizes chunk:1:131072:8192, the prefill_attention task's chunked shape.
 
 With --layers N, each graph runs N blocks in sequence, each with its own weights and caches, as
 a model's decode step does: the graph's launch and its events (about 4 us, the timer's floor)
@@ -43,6 +48,7 @@ from baselines.roofline import device_copy_bandwidth, device_read_bandwidth
 from baselines.stats import ratio_interval, summarize
 from baselines.timer import CAPTURE_SLOTS, GpuTimer, StoppingRule, measure_interleaved
 from loop.blocks import (
+    MODES,
     LlamaConfig,
     MlaConfig,
     bytes_streamed,
@@ -55,13 +61,14 @@ from loop.blocks import (
     tuned_ops,
 )
 
-# (mode, batch, length): decode at batch 1 and 16 and contexts 4k and 32k; a 4k-token prefill.
+# (mode, batch, length, chunk tokens): decode at batch 1 and 16 and contexts 4k and 32k; a
+# 4k-token prefill.
 SIZES = [
-    ("decode", 1, 4096),
-    ("decode", 16, 4096),
-    ("decode", 1, 32768),
-    ("decode", 16, 32768),
-    ("prefill", 1, 4096),
+    ("decode", 1, 4096, None),
+    ("decode", 16, 4096, None),
+    ("decode", 1, 32768, None),
+    ("decode", 16, 32768, None),
+    ("prefill", 1, 4096, None),
 ]
 KINDS = {"llama": LlamaConfig, "mla": MlaConfig}
 # tuned: the eager block with the dispatch tables' winning kernels swapped in; compiled-tuned:
@@ -176,10 +183,42 @@ def _ratio(medians: list[list[float]], base: int, other: int) -> dict:
     return ratio_interval(medians[base], medians[other]).to_dict()
 
 
-def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captures) -> dict:
+def parse_sizes(value: str) -> list[tuple[str, int, int, int | None]]:
+    """--sizes as (mode, batch, length, chunk tokens or None); raises ValueError naming the bad
+    size."""
+    if value == "all":
+        return list(SIZES)
+    sizes = []
+    for size in value.split(","):
+        parts = size.split(":")
+        mode = parts[0]
+        if len(parts) != (4 if mode == "chunk" else 3) or not all(p.isdigit() for p in parts[1:]):
+            raise ValueError(
+                f"--sizes: {size!r}: expected mode:batch:length (decode, prefill) or "
+                "chunk:batch:length:tokens"
+            )
+        if mode not in MODES:
+            raise ValueError(f"--sizes: {size!r}: mode must be one of {MODES}")
+        numbers = [int(p) for p in parts[1:]]
+        if 0 in numbers or (mode == "chunk" and numbers[2] > numbers[1]):
+            raise ValueError(f"--sizes: {size!r}: positive numbers, a chunk no longer than length")
+        sizes.append((mode, numbers[0], numbers[1], numbers[2] if mode == "chunk" else None))
+    return sizes
+
+
+def size_label(kind: str, mode: str, batch: int, length: int, tokens: int | None) -> str:
+    return f"{kind} {mode} b{batch} L{length}" + (f" T{tokens}" if tokens else "")
+
+
+def bench_size(args, cfg, weights, blocks, timer, size, bw, captures) -> dict:
+    mode, batch, length, tokens = size
     layers = len(weights)
-    inputs = make_inputs(cfg, mode, batch, length, device="cuda", seed=1, layers=layers)
+    inputs = make_inputs(
+        cfg, mode, batch, length, device="cuda", seed=1, layers=layers, tokens=tokens
+    )
     row: dict = {"kind": cfg.kind, "mode": mode, "batch": batch, "length": length}
+    if tokens is not None:
+        row["tokens"] = tokens
     row["layers"] = layers
     row["captures"] = captures
     t0 = time.perf_counter()
@@ -237,7 +276,7 @@ def bench_size(args, cfg, weights, blocks, timer, mode, batch, length, bw, captu
                 row["timeline"][v] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 continue
             row["timeline"][v] = timeline.to_dict()
-            print(f"{cfg.kind} {mode} b{batch} L{length} {v}:\n{format_timeline(timeline)}")
+            print(f"{size_label(cfg.kind, *size)} {v}:\n{format_timeline(timeline)}")
     del keep, runners, inputs
     gc.collect()
     torch.cuda.empty_cache()
@@ -254,6 +293,7 @@ def _record_notes(doc: dict, ops, also_ops: dict) -> None:
 def _print_row(row: dict) -> None:
     t = row["times_s"]
     head = f"{row['kind']:5s} {row['mode']:7s} b{row['batch']:<3d} L{row['length']:<6d}"
+    head += f" T{row['tokens']}" if "tokens" in row else ""
     head += f" x{row['layers']} layers" if row["layers"] > 1 else ""
     us = "  ".join(f"{v} {t[v]['median'] * 1e6:9.1f} us" for v in t)
     te, tc = row["tuned_vs_eager"], row["tuned_vs_compiled"]
@@ -289,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes",
         default="all",
-        help="comma list of mode:batch:length (e.g. decode:1:4096,prefill:1:4096) or all",
+        help="comma list of mode:batch:length (e.g. decode:1:4096,prefill:1:4096), "
+        "chunk:batch:length:tokens (llama: a prompt's last tokens onto its cache), or all",
     )
     parser.add_argument("--json", type=Path, default=Path("e2e-block.json"))
     parser.add_argument("--captures", type=int, default=CAPTURE_SLOTS)
@@ -329,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         also = parse_also(args.also)
+        sizes = parse_sizes(args.sizes)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -340,15 +382,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"--kinds: unknown {unknown}; known: {sorted(KINDS)}", file=sys.stderr)
         return 2
-    sizes = SIZES
-    if args.sizes != "all":
-        try:
-            sizes = [
-                (m, int(b), int(n)) for m, b, n in (s.split(":") for s in args.sizes.split(","))
-            ]
-        except ValueError:
-            print(f"--sizes: expected mode:batch:length,..., got {args.sizes!r}", file=sys.stderr)
-            return 2
 
     if args.inductor_pdl and not _enable_inductor_pdl():
         print(
@@ -392,18 +425,20 @@ def main(argv: list[str] | None = None) -> int:
             block = stacked_block([decoder_block(cfg, w, other) for w in weights])
             blocks[f"tuned:{name}"] = block
             blocks[f"compiled-tuned:{name}"] = compiled_block(block)
-        for mode, batch, length in sizes:
+        for size in sizes:
+            label = size_label(kind, *size)
+            if size[0] == "chunk" and kind != "llama":
+                print(f"skipped {label}: a chunked prefill is modelled for llama blocks only")
+                continue
             t0 = time.perf_counter()
             row = None
             # Each capture holds its own intermediates: at the largest sizes, fewer captures.
             for captures in dict.fromkeys((args.captures, min(args.captures, 2))):
                 try:
-                    row = bench_size(
-                        args, cfg, weights, blocks, timer, mode, batch, length, bw, captures
-                    )
+                    row = bench_size(args, cfg, weights, blocks, timer, size, bw, captures)
                     break
                 except Exception as exc:  # one size failing (memory, capture) keeps the others
-                    msg = f"{kind} {mode} b{batch} L{length} with {captures} captures: "
+                    msg = f"{label} with {captures} captures: "
                     msg = f"{msg}{type(exc).__name__}: {exc}"[:600]
                     print(f"FAILED {msg}", flush=True)
                     doc["errors"].append(msg)
@@ -411,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
                 torch.cuda.empty_cache()
             if row is None:
-                doc["failed"].append(f"{kind} {mode} b{batch} L{length}")
+                doc["failed"].append(label)
                 continue
             row["wall_s"] = time.perf_counter() - t0
             doc["results"].append(row)

@@ -196,6 +196,8 @@ def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
         pct = row.get("stream_pct_of_copy") or {}
         wrong = [v for v, ok in row.get("correct", {}).items() if not ok and v in VARIANTS]
         size = f"{row['mode']} b{row['batch']} {row['length'] // 1024}k"
+        if row.get("tokens"):  # a chunked prefill: the prompt's last tokens onto its cache
+            size += f", its last {row['tokens'] // 1024}k"
         cells = [
             row["kind"] + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
             size,

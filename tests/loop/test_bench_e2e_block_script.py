@@ -77,3 +77,32 @@ def test_a_variant_is_right_within_eagers_own_error_and_replay_difference(bench)
     assert not bench.verdicts(errors, {**replay, "tuned": 0.021 + tol * 1.01})["tuned"]
     assert not bench.verdicts(errors, {**replay, "tuned": float("nan")})["tuned"]
     assert not bench.verdicts({**errors, "tuned": float("nan")}, replay)["tuned"]
+
+
+def test_sizes_parse_with_a_chunks_tokens(bench) -> None:
+    assert bench.parse_sizes("all") == bench.SIZES
+    assert bench.parse_sizes("decode:1:4096,chunk:1:131072:8192") == [
+        ("decode", 1, 4096, None),
+        ("chunk", 1, 131072, 8192),
+    ]
+    assert bench.size_label("llama", "chunk", 1, 131072, 8192) == "llama chunk b1 L131072 T8192"
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("decode:1", "expected mode:batch:length"),
+        ("chunk:1:4096", "chunk:batch:length:tokens"),
+        ("prefill:1:4096:8", "expected mode:batch:length"),
+        ("decode:one:4096", "expected mode:batch:length"),
+        ("train:1:4096", "mode must be one of"),
+        ("decode:0:4096", "positive numbers"),
+        ("chunk:1:4096:8192", "a chunk no longer than length"),
+    ],
+)
+def test_a_bad_size_is_refused_with_its_value(bench, value, message, capsys) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        bench.parse_sizes(f"decode:1:4096,{value}")
+    assert repr(value) in str(err.value)
+    assert bench.main(["--sizes", value]) == 2
+    assert message in capsys.readouterr().err

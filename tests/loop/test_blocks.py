@@ -80,6 +80,68 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
     assert _rel(out, pre[:, -1]) < 1e-5
 
 
+def test_a_chunk_of_a_prompt_over_its_cache_matches_the_prompts_prefill() -> None:
+    """A chunked prefill step over a cache of the prompt's own entries gives the prefill's rows
+    of the chunk's tokens: checks the causal mask (the chunk is the cache's last tokens), the
+    chunk's rope positions and the cache layout."""
+    n, t = 12, 5
+    block = decoder_block(LLAMA, make_weights(LLAMA, "cpu", seed=3), eager_ops())
+    x, cos, sin = make_inputs(LLAMA, "prefill", 2, n, seed=4)
+    (pre,) = block.prefill(x, cos, sin)
+    chunk_x, any_k, any_v, chunk_cos, chunk_sin = make_inputs(LLAMA, "chunk", 2, n, tokens=t)
+    assert chunk_x.shape == (2, t, LLAMA.hidden) and any_k.shape == (2, LLAMA.kv_heads, n, 16)
+    assert torch.equal(chunk_cos, cos[n - t :]) and torch.equal(chunk_sin, sin[n - t :])
+    _, k, v = block.chunk(x, any_k, any_v, cos, sin)  # the prompt's entries: not from the cache
+    k_cache, v_cache = k.transpose(1, 2), v.transpose(1, 2)
+    out, k_new, v_new = block.chunk(x[:, n - t :], k_cache, v_cache, cos[n - t :], sin[n - t :])
+    assert _rel(out, pre[:, n - t :]) < 1e-5
+    assert _rel(k_new, k[:, n - t :]) < 1e-6 and _rel(v_new, v[:, n - t :]) < 1e-6
+    # the whole prompt as one chunk is its prefill
+    assert _rel(block.chunk(x, k_cache, v_cache, cos, sin)[0], pre) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("cfg", "mode", "tokens", "message"),
+    [
+        (LLAMA, "decode", 4, "tokens is given with mode 'chunk' only"),
+        (LLAMA, "chunk", None, "tokens is given with mode 'chunk' only"),
+        (LLAMA, "chunk", 0, "tokens must be a positive integer, got 0"),
+        (LLAMA, "chunk", 9, "a chunk of 9 tokens is longer than its prompt"),
+        (MLA, "chunk", 4, "llama blocks only"),
+    ],
+)
+def test_bad_chunk_inputs_are_refused(cfg, mode: str, tokens, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_inputs(cfg, mode, 1, 8, tokens=tokens)
+
+
+def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(tmp_path: Path) -> None:
+    """The chunk's attention (5 queries onto 12 keys, GQA expanded) goes to the prefill
+    attention table's candidate at those dims, and matches the eager chunk, compiled too."""
+    dims = {"batch": 2, "heads": LLAMA.heads, "head_dim": LLAMA.head_dim}
+    dims.update({"q_len": 5, "kv_len": 12, "dtype": "float32"})
+    entry = {
+        "shape": "s0",
+        "dims": dims,
+        "source": "candidate",
+        "name": "torch_prefill_attention.py",
+    }
+    entry.update({"params": {"chunk": 4}, "commit": "", "speedup": None})
+    _write_tables(tmp_path, {"prefill_attention": [entry]})
+    weights = make_weights(LLAMA, "cpu", seed=0)
+    ops = tuned_ops(tmp_path, "cpu")
+    tuned = decoder_block(LLAMA, weights, ops)
+    eager = decoder_block(LLAMA, weights, eager_ops())
+    inputs = make_inputs(LLAMA, "chunk", 2, 12, seed=1, tokens=5)
+    want = eager.chunk(*inputs)
+    graphs, keep_graph = _graph_keeper()
+    for block in (tuned, compiled_block(tuned, backend=keep_graph)):
+        for got, w in zip(block.chunk(*inputs), want, strict=True):
+            assert _rel(got, w) < 1e-5
+    assert len(graphs) == 1
+    assert any("torch_prefill_attention.py" in n for n in ops.notes), ops.notes
+
+
 # Every op's task, with dims of the tiny configs and params of the shipped torch candidate: the
 # fused norm-into-linear and linear-plus-residual tasks in place of the rmsnorm, add_rmsnorm and
 # skinny_gemm ones they make unused (`fused`), or without them (then the MLP's add and norm run
@@ -594,13 +656,18 @@ def test_tuned_source_comes_from_the_run_workspace_commit(tmp_path: Path) -> Non
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("mode", ["decode", "prefill"])
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+@pytest.mark.parametrize(
+    ("cfg", "mode"),
+    [(c, m) for c in CONFIGS for m in ("decode", "prefill")] + [(LLAMA, "chunk")],
+    ids=lambda v: getattr(v, "kind", v),
+)
 def test_block_replays_in_a_cuda_graph(cfg, mode: str) -> None:
     from baselines.timer import GpuTimer
 
     block = decoder_block(cfg, make_weights(cfg, "cuda"), eager_ops())
-    inputs = make_inputs(cfg, mode, *SIZES[mode], device="cuda", seed=2)
+    tokens = {"tokens": 5} if mode == "chunk" else {}
+    size = SIZES["prefill" if mode == "chunk" else mode]
+    inputs = make_inputs(cfg, mode, *size, device="cuda", seed=2, **tokens)
     direct = getattr(block, mode)(*inputs)
     graph, out = GpuTimer("cuda").capture(lambda: getattr(block, mode)(*inputs))
     for t in out:
@@ -643,6 +710,15 @@ def test_a_stack_runs_its_blocks_in_sequence_each_on_its_own_caches(cfg) -> None
     xp, cos_p, sin_p = make_inputs(cfg, "prefill", 1, 4, seed=3, layers=2)
     (once,) = blocks[0].prefill(xp, cos_p, sin_p)
     assert torch.equal(stack.prefill(xp, cos_p, sin_p)[0], blocks[1].prefill(once, cos_p, sin_p)[0])
+    if cfg.kind != "llama":
+        assert stack.chunk is None
+        return
+    x, caches_a, caches_b, cos, sin = make_inputs(cfg, "chunk", 2, 6, seed=3, layers=2, tokens=3)
+    out = stack.chunk(x, caches_a, caches_b, cos, sin)
+    first = blocks[0].chunk(x, caches_a[0], caches_b[0], cos, sin)
+    second = blocks[1].chunk(first[0], caches_a[1], caches_b[1], cos, sin)
+    for got, want in zip(out, (second[0], *first[1:], *second[1:]), strict=True):
+        assert torch.equal(got, want)
 
 
 def test_compiling_a_tuned_block_consults_no_table_at_dims_it_never_runs(tmp_path: Path) -> None:

@@ -159,6 +159,10 @@ def test_a_block_row_names_wrong_variants_and_the_tables_it_ran_on(tmp_path: Pat
     ]
     (row,) = current.block_rows(Path("docs/benchmarks/old.json"), tables, tmp_path)
     assert "| s17/b |" in row
+    chunk = {**result, "mode": "chunk", "length": 131072, "tokens": 8192}
+    (bench / "chunk.json").write_text(json.dumps({**run, "results": [chunk]}))
+    (row,) = current.block_rows(Path("docs/benchmarks/chunk.json"), tables, tmp_path)
+    assert "| chunk b1 128k, its last 8k | 4 |" in row
 
 
 def test_check_says_whether_the_page_is_current(
