@@ -626,6 +626,8 @@ def test_bad_config_names_the_field() -> None:
         MlaConfig(heads=0)
     with pytest.raises(ValueError, match="mode"):
         make_inputs(LLAMA, "train", 1, 4)
+    with pytest.raises(ValueError, match="layers must be a positive integer, got 0"):
+        make_inputs(LLAMA, "decode", 1, 4, layers=0)
     with pytest.raises(ValueError, match="weights lack"):
         decoder_block(LLAMA, {}, eager_ops())
 
