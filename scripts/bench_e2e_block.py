@@ -190,9 +190,10 @@ def parse_sizes(value: str) -> list[tuple[str, int, int, int | None]]:
         return list(SIZES)
     sizes = []
     for size in value.split(","):
-        parts = size.split(":")
+        parts = size.strip().split(":")
         mode = parts[0]
-        if len(parts) != (4 if mode == "chunk" else 3) or not all(p.isdigit() for p in parts[1:]):
+        digits = all(p.isascii() and p.isdigit() for p in parts[1:])
+        if len(parts) != (4 if mode == "chunk" else 3) or not digits:
             raise ValueError(
                 f"--sizes: {size!r}: expected mode:batch:length (decode, prefill) or "
                 "chunk:batch:length:tokens"
@@ -413,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [],
         "errors": [],
         "failed": [],
+        "skipped": [],
     }
     for kind in kinds:
         cfg = KINDS[kind]()
@@ -428,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes:
             label = size_label(kind, *size)
             if size[0] == "chunk" and kind != "llama":
-                print(f"skipped {label}: a chunked prefill is modelled for llama blocks only")
+                doc["skipped"].append(f"{label}: a chunked prefill is modelled for llama only")
+                print(f"skipped {doc['skipped'][-1]}")
                 continue
             t0 = time.perf_counter()
             row = None

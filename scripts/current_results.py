@@ -8,7 +8,10 @@ files of scripts/bench_e2e_block.py). For every entry of every table the page sh
 that chose it: the committed `autotune bench --json` document whose winner on that shape has
 the entry's speedup, with its candidate and peer times, 95 % intervals and % of copy, as
 scripts/dispatch_from_bench.py prints them, and the file it came from. An entry that no
-committed bench, or more than one, explains is an error.
+committed bench, or more than one, explains is an error, as is one without a speedup (no peer
+timed, or edited by hand), which no bench can be told apart by; a bench whose candidate file has
+since been removed is not read. The block tables' entries that differ from the per-op tables are
+listed beside the decoder-block runs.
 
     uv run python scripts/current_results.py           # rewrite CURRENT.md
     uv run python scripts/current_results.py --check   # exit 1 if CURRENT.md is out of date
@@ -63,6 +66,8 @@ def load_manifest(path: Path, root: Path = ROOT) -> Manifest:
         if not isinstance(value, str) or not value:
             raise ValueError(f"{path}: '{field}' must be a path relative to the repository")
         found = root / value
+        if not found.resolve().is_relative_to((root / "docs" / "benchmarks").resolve()):
+            raise ValueError(f"{path}: '{field}': {value} is not under docs/benchmarks/")
         if not (found.is_dir() if folder else found.is_file()):
             kind = "folder" if folder else "file"
             raise ValueError(f"{path}: '{field}': no such {kind} {value}")
@@ -108,22 +113,27 @@ def bench_docs(folder: Path) -> list[tuple[Path, dict]]:
 
 
 def _explains(entry: dict, row: dict) -> bool:
-    """Whether a bench's row for the entry's shape is the one that chose the entry."""
-    if row["shape"] != entry["shape"] or row["winner"] != entry["source"]:
+    """Whether a bench's row for the entry's shape is the one that chose the entry: the same
+    candidate (a candidate entry) or best peer (a peer entry), and the same speedup. Which of
+    the two won is the table's say (its own threshold), not the row's."""
+    if row["shape"] != entry["shape"] or row["speedup"] is None:
         return False
     if entry["source"] == "candidate":
         if (row["candidate"], row["params"]) != (entry["name"], entry.get("params") or {}):
             return False
     elif row["best_peer"] != entry["name"]:
         return False
-    ours, theirs = entry.get("speedup"), row["speedup"]
-    if ours is None or theirs is None:
-        return ours is theirs
-    return ours["ratio"] == theirs["ratio"]
+    return row["speedup"]["ratio"] == entry["speedup"]["ratio"]
 
 
 def chosen_by(task_name: str, entry: dict, docs: list[tuple[Path, dict]]) -> tuple[dict, Path]:
-    """The bench row that chose a table entry, and its file: exactly one must."""
+    """The bench row that chose a table entry (its winner the entry's source), and its file:
+    exactly one must."""
+    if not entry.get("speedup"):
+        raise ValueError(
+            f"{task_name} {entry['shape']}: the entry has no speedup (no peer timed, or edited by "
+            "hand), so no bench can be told to have chosen it"
+        )
     task = load_task(task_name)
     found = []
     for file, doc in docs:
@@ -140,7 +150,8 @@ def chosen_by(task_name: str, entry: dict, docs: list[tuple[Path, dict]]) -> tup
             f"{task_name} {entry['shape']}: {len(found)} committed benches chose its entry "
             f"({entry['source']} {entry['name']}), one must ({where})"
         )
-    return found[0]
+    row, file = found[0]
+    return {**row, "winner": entry["source"]}, file
 
 
 def per_op_section(task_name: str, table: Path, docs: list[tuple[Path, dict]], root: Path) -> str:
@@ -176,6 +187,10 @@ def _ratio(row: dict, key: str) -> str:
     return f"{r['ratio']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r else "-"
 
 
+def _tokens(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
 def _tables(dispatch_dir: str | None, current: Path) -> str:
     if not dispatch_dir:
         return "-"
@@ -195,9 +210,9 @@ def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
         times = row["times_s"]
         pct = row.get("stream_pct_of_copy") or {}
         wrong = [v for v, ok in row.get("correct", {}).items() if not ok and v in VARIANTS]
-        size = f"{row['mode']} b{row['batch']} {row['length'] // 1024}k"
+        size = f"{row['mode']} b{row['batch']} {_tokens(row['length'])}"
         if row.get("tokens"):  # a chunked prefill: the prompt's last tokens onto its cache
-            size += f", its last {row['tokens'] // 1024}k"
+            size += f", its last {_tokens(row['tokens'])}"
         cells = [
             row["kind"] + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
             size,
@@ -213,6 +228,37 @@ def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
             _link(root / e2e, root),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _choice(entry: dict | None) -> str:
+    if entry is None:
+        return "no entry"
+    params = " ".join(f"{k}={v}" for k, v in (entry.get("params") or {}).items())
+    return f"{entry['source']} {entry['name']} {params}".strip()
+
+
+def block_table_differences(manifest: Manifest, root: Path = ROOT) -> list[str]:
+    """One line per shape where the block tables in force choose otherwise than the per-op
+    table (A/Bs inside the block can overrule a per-op bench; a hand-edited entry says so)."""
+    lines = []
+    for file in sorted((root / manifest.block_tables).glob("dispatch-*.json")):
+        block = load_dispatch(file)
+        task = block["task"]
+        per_op = {}
+        if task in manifest.per_op:
+            per_op = {e["shape"]: e for e in load_dispatch(root / manifest.per_op[task])["entries"]}
+        ours = {e["shape"]: e for e in block["entries"]}
+        for shape in sorted(set(ours) | set(per_op)):
+            mine, theirs = ours.get(shape), per_op.get(shape)
+            keys = ("source", "name", "params")
+            if mine and theirs and all(mine.get(k) == theirs.get(k) for k in keys):
+                continue
+            how = " (edited by hand)" if mine and mine.get("edited") else ""
+            lines.append(
+                f"- {task} {shape}: the block tables run {_choice(mine)}{how}; the per-op "
+                f"table, {_choice(theirs)}"
+            )
     return lines
 
 
@@ -267,6 +313,16 @@ def render(manifest: Manifest, root: Path = ROOT) -> str:
     ]
     for e2e in manifest.blocks:
         lines += block_rows(e2e, manifest.block_tables, root)
+    differences = block_table_differences(manifest, root)
+    if differences:
+        lines += [
+            "",
+            "Where the block tables in force choose otherwise than the per-op tables above (an "
+            "in-block A/B, a later bench of the block's choice, or a task the blocks do not call; "
+            "the tables' VARIANT.txt files and the write-ups say which):",
+            "",
+            *differences,
+        ]
     return "\n".join(lines) + "\n"
 
 

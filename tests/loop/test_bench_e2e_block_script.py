@@ -81,7 +81,7 @@ def test_a_variant_is_right_within_eagers_own_error_and_replay_difference(bench)
 
 def test_sizes_parse_with_a_chunks_tokens(bench) -> None:
     assert bench.parse_sizes("all") == bench.SIZES
-    assert bench.parse_sizes("decode:1:4096,chunk:1:131072:8192") == [
+    assert bench.parse_sizes("decode:1:4096, chunk:1:131072:8192") == [
         ("decode", 1, 4096, None),
         ("chunk", 1, 131072, 8192),
     ]
@@ -95,6 +95,7 @@ def test_sizes_parse_with_a_chunks_tokens(bench) -> None:
         ("chunk:1:4096", "chunk:batch:length:tokens"),
         ("prefill:1:4096:8", "expected mode:batch:length"),
         ("decode:one:4096", "expected mode:batch:length"),
+        ("decode:\u0661:4096", "expected mode:batch:length"),
         ("train:1:4096", "mode must be one of"),
         ("decode:0:4096", "positive numbers"),
         ("chunk:1:4096:8192", "a chunk no longer than length"),

@@ -51,6 +51,17 @@ def test_an_entry_is_traced_to_the_bench_that_chose_it(tmp_path: Path) -> None:
     assert row["best_peer"] == "torch.compile"
 
 
+def test_an_entry_is_traced_whatever_threshold_its_table_was_built_with(tmp_path: Path) -> None:
+    """At a 5 % threshold a 3 % faster candidate leaves the shape to the peer; the bench that
+    chose it is found, shown with the table's winner."""
+    doc = _doc({DECODE: 5.0e-6}, {"torch.compile": {DECODE: 5.15e-6}}, {"chunk_rows": 0})
+    table, _ = from_benches(load_task("rmsnorm"), [doc], min_effect=0.05)
+    (entry,) = table["entries"]
+    assert entry["source"] == "peer" and entry["speedup"]["ratio"] > 1.02
+    row, file = current.chosen_by("rmsnorm", entry, [(tmp_path / "a.json", doc)])
+    assert file == tmp_path / "a.json" and row["winner"] == "peer"
+
+
 def test_an_entry_no_bench_or_two_benches_explain_is_an_error(tmp_path: Path) -> None:
     entries, docs = _entries_and_docs(tmp_path)
     moved = {**entries[DECODE], "speedup": {**entries[DECODE]["speedup"], "ratio": 1.7}}
@@ -59,6 +70,9 @@ def test_an_entry_no_bench_or_two_benches_explain_is_an_error(tmp_path: Path) ->
     other = {**entries[DECODE], "params": {"chunk_rows": 64}}
     with pytest.raises(ValueError, match="0 committed benches"):  # b.json's ratio is not it
         current.chosen_by("rmsnorm", other, docs)
+    edited = {**entries[DECODE], "speedup": None, "edited": True}
+    with pytest.raises(ValueError, match="has no speedup"):
+        current.chosen_by("rmsnorm", edited, docs)
     twice = [*docs, (tmp_path / "copy.json", docs[0][1])]
     with pytest.raises(ValueError, match=r"2 committed benches.*a\.json.*copy\.json"):
         current.chosen_by("rmsnorm", entries[DECODE], twice)
@@ -69,18 +83,20 @@ def _root(tmp_path: Path) -> Path:
     for task in ("rmsnorm", "allreduce"):
         (tmp_path / "kernels" / task).mkdir(parents=True)
         (tmp_path / "kernels" / task / "task.py").write_text("")
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "dispatch-rmsnorm.json").write_text("{}")
-    (tmp_path / "blocks").mkdir()
-    (tmp_path / "e2e.json").write_text("{}")
+    bench = tmp_path / "docs" / "benchmarks"
+    (bench / "t").mkdir(parents=True)
+    (bench / "t" / "dispatch-rmsnorm.json").write_text("{}")
+    (bench / "blocks").mkdir()
+    (bench / "e2e.json").write_text("{}")
     return tmp_path
 
 
+B = "docs/benchmarks/"
 GOOD = {
-    "per_op": {"rmsnorm": "t/dispatch-rmsnorm.json"},
+    "per_op": {"rmsnorm": B + "t/dispatch-rmsnorm.json"},
     "not_tabled": {"allreduce": "two GPUs"},
-    "block_tables": "blocks",
-    "blocks": ["e2e.json"],
+    "block_tables": B + "blocks",
+    "blocks": [B + "e2e.json"],
 }
 
 
@@ -91,10 +107,12 @@ GOOD = {
         ({"not_tabled": {"allreduce": "x", "swiglu": "y"}}, r"unknown \['swiglu'\]"),
         ({"not_tabled": {"allreduce": "", "rmsnorm": "x"}}, "both in 'per_op' and 'not_tabled'"),
         ({"not_tabled": {"allreduce": ""}}, "'not_tabled.allreduce' must say why"),
-        ({"per_op": {"rmsnorm": "t/none.json"}}, "'per_op.rmsnorm': no such file t/none.json"),
-        ({"block_tables": "e2e.json"}, "'block_tables': no such folder e2e.json"),
-        ({"blocks": ["e2e.json", 3]}, "'blocks\\[1\\]' must be a path"),
-        ({"blocks": "e2e.json"}, "'blocks' must be a list"),
+        ({"per_op": {"rmsnorm": B + "none.json"}}, "'per_op.rmsnorm': no such file docs/bench"),
+        ({"block_tables": B + "e2e.json"}, "'block_tables': no such folder docs/benchmarks/e2e"),
+        ({"blocks": [B + "e2e.json", 3]}, "'blocks\\[1\\]' must be a path"),
+        ({"blocks": B + "e2e.json"}, "'blocks' must be a list"),
+        ({"blocks": ["kernels/rmsnorm/task.py"]}, "'blocks\\[0\\]': kernels/.* is not under docs/"),
+        ({"blocks": [B + "../../kernels/rmsnorm/task.py"]}, "is not under docs/benchmarks/"),
         ({"extra": 1}, "fields must be"),
     ],
 )
@@ -105,8 +123,8 @@ def test_a_bad_manifest_is_rejected_with_the_field_named(
     path = root / "current.json"
     path.write_text(json.dumps(GOOD))
     manifest = current.load_manifest(path, root)
-    assert manifest.per_op == {"rmsnorm": Path("t/dispatch-rmsnorm.json")}
-    assert manifest.blocks == [Path("e2e.json")]
+    assert manifest.per_op == {"rmsnorm": Path(B + "t/dispatch-rmsnorm.json")}
+    assert manifest.blocks == [Path(B + "e2e.json")]
     path.write_text(json.dumps({**GOOD, **change}))
     with pytest.raises(ValueError, match=message):
         current.load_manifest(path, root)
@@ -176,3 +194,26 @@ def test_check_says_whether_the_page_is_current(
     assert current.main([]) == 0
     assert (tmp_path / "CURRENT.md").read_text() == "the page\n"
     assert current.main(["--check"]) == 0
+
+
+def test_the_block_tables_choices_that_differ_from_the_per_op_tables_are_listed(
+    tmp_path: Path,
+) -> None:
+    root = _root(tmp_path)
+
+    def entry(shape: str, name: str, **extra) -> dict:
+        return {"shape": shape, "source": "candidate", "name": name, "params": {}, **extra}
+
+    per_op = [entry("a", "x.py"), entry("b", "x.py"), entry("c", "x.py")]
+    block = [entry("a", "x.py"), entry("b", "y.py", edited=True), entry("d", "x.py")]
+    for folder, entries in (("t", per_op), ("blocks", block)):
+        table = {"task": "rmsnorm", "bucket_key": None, "entries": entries}
+        (root / B / folder / "dispatch-rmsnorm.json").write_text(json.dumps(table))
+    path = root / B / "current.json"
+    path.write_text(json.dumps(GOOD))
+    assert current.block_table_differences(current.load_manifest(path, root), root) == [
+        "- rmsnorm b: the block tables run candidate y.py (edited by hand); the per-op table, "
+        "candidate x.py",
+        "- rmsnorm c: the block tables run no entry; the per-op table, candidate x.py",
+        "- rmsnorm d: the block tables run candidate x.py; the per-op table, no entry",
+    ]
