@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from dispatch_from_bench import markdown  # noqa: E402
+from dispatch_from_bench import format_params, markdown, read_docs  # noqa: E402
 
-from loop.dispatch import from_benches, is_bench_doc, load_dispatch  # noqa: E402
+from loop.dispatch import from_benches, load_dispatch  # noqa: E402
 from loop.tasks import load_task  # noqa: E402
 
-BENCHMARKS = ROOT / "docs" / "benchmarks"
-MANIFEST = BENCHMARKS / "current.json"
-PAGE = BENCHMARKS / "CURRENT.md"
+BENCHMARKS = Path("docs", "benchmarks")  # under the repository's root
+MANIFEST = ROOT / BENCHMARKS / "current.json"
+PAGE = ROOT / BENCHMARKS / "CURRENT.md"
 VARIANTS = ("eager", "compiled", "tuned", "compiled-tuned")
 
 
@@ -66,7 +66,7 @@ def load_manifest(path: Path, root: Path = ROOT) -> Manifest:
         if not isinstance(value, str) or not value:
             raise ValueError(f"{path}: '{field}' must be a path relative to the repository")
         found = root / value
-        if not found.resolve().is_relative_to((root / "docs" / "benchmarks").resolve()):
+        if not found.resolve().is_relative_to((root / BENCHMARKS).resolve()):
             raise ValueError(f"{path}: '{field}': {value} is not under docs/benchmarks/")
         if not (found.is_dir() if folder else found.is_file()):
             kind = "folder" if folder else "file"
@@ -97,19 +97,6 @@ def load_manifest(path: Path, root: Path = ROOT) -> Manifest:
         block_tables=existing(raw["block_tables"], "block_tables", folder=True),
         blocks=[existing(p, f"blocks[{i}]") for i, p in enumerate(raw["blocks"])],
     )
-
-
-def bench_docs(folder: Path) -> list[tuple[Path, dict]]:
-    """Every `autotune bench --json` document under `folder`, with its file."""
-    docs = []
-    for file in sorted(folder.rglob("*.json")):
-        try:
-            doc = json.loads(file.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        if is_bench_doc(doc):
-            docs.append((file, doc))
-    return docs
 
 
 def _explains(entry: dict, row: dict) -> bool:
@@ -174,7 +161,7 @@ def per_op_section(task_name: str, table: Path, docs: list[tuple[Path, dict]], r
 
 def _link(path: Path, root: Path) -> str:
     """A Markdown link to `path`, relative to the page's folder."""
-    rel = path.relative_to(root / "docs" / "benchmarks")
+    rel = path.relative_to(root / BENCHMARKS)
     return f"[{rel}]({rel})"
 
 
@@ -234,8 +221,7 @@ def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
 def _choice(entry: dict | None) -> str:
     if entry is None:
         return "no entry"
-    params = " ".join(f"{k}={v}" for k, v in (entry.get("params") or {}).items())
-    return f"{entry['source']} {entry['name']} {params}".strip()
+    return f"{entry['source']} {entry['name']} {format_params(entry.get('params') or {})}".strip()
 
 
 def block_table_differences(manifest: Manifest, root: Path = ROOT) -> list[str]:
@@ -278,7 +264,7 @@ BLOCK_HEAD = [
 
 def render(manifest: Manifest, root: Path = ROOT) -> str:
     """The whole page."""
-    docs = bench_docs(root / "docs" / "benchmarks")
+    docs, _ = read_docs(sorted((root / BENCHMARKS).rglob("*.json")))  # notes: files not benches
     lines = [
         "# The kernel library's results as they stand",
         "",
@@ -302,8 +288,8 @@ def render(manifest: Manifest, root: Path = ROOT) -> str:
     lines += [
         "## Decoder blocks",
         "",
-        f"Block tables in force: {_link(root / manifest.block_tables, root)}. Each row is one block of one run under "
-        "CUDA graphs: eager, `torch.compile` of it, `tuned` (the eager block with the tables' "
+        f"Block tables in force: {_link(root / manifest.block_tables, root)}. Each row is one "
+        "block of one run under CUDA graphs: eager, `torch.compile` of it, `tuned` (the eager block with the tables' "
         "winners swapped in) and `compiled-tuned` (`torch.compile` of the tuned block). The "
         "decode target is the weights and KV streamed at 90 % of the run's copy bandwidth. "
         "`tables` says whether the run used the tables in force.",

@@ -23,8 +23,9 @@ from loop.dispatch import from_benches, is_bench_doc, save_dispatch  # noqa: E40
 from loop.tasks import TaskError, load_task  # noqa: E402
 
 
-def read_docs(paths: list[Path]) -> tuple[list[dict], list[str]]:
-    """The bench documents in `paths` (files, or folders of *.json), and a note per skipped file."""
+def read_docs(paths: list[Path]) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """The bench documents in `paths` (files, or folders of *.json), each with its file, and a
+    note per skipped file."""
     docs, notes = [], []
     files = []
     for path in paths:
@@ -38,11 +39,11 @@ def read_docs(paths: list[Path]) -> tuple[list[dict], list[str]]:
         if not is_bench_doc(doc):
             notes.append(f"skipped {file}: not `autotune bench --json` output")
             continue
-        docs.append(doc)
+        docs.append((file, doc))
     return docs, notes
 
 
-def _params(params: dict) -> str:
+def format_params(params: dict) -> str:
     return " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in params.items())
 
 
@@ -69,7 +70,7 @@ def markdown(task: str, rows: list[dict]) -> str:
         sp = r["speedup"]
         cells = [
             r["shape"],
-            f"{r['candidate']} {_params(r['params'])}".strip(),
+            f"{r['candidate']} {format_params(r['params'])}".strip(),
             f"{r['median_us']:.2f} [{r['ci_low_us']:.2f}, {r['ci_high_us']:.2f}]",
             *(_peer(r, p) for p in peers),
             r["best_peer"] or "-",
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(note)
     by_task: dict[str, list[dict]] = {}
-    for doc in docs:
+    for _, doc in docs:
         by_task.setdefault(str(doc["task"]), []).append(doc)
     reports = []
     for name in sorted(by_task):
