@@ -594,13 +594,8 @@ PLANS = [
     #   in block 0 (async_pairs: no release fence, no second cluster barrier; session 14's
     #   profile at 64 x 32000 had 13 % of its stall samples at memory barriers), and the warp
     #   max as one redux (redux_max), against warp_pairs alone;
-    # - first*: with both, the target's index loaded before the row and its logit while the row
-    #   is summed (target_first: the compiled code had block 0's warp 0 wait for the two, one
-    #   after the other, between its row's arrival and its sum), each with and without the
-    #   warp sums as redux adds in fixed point (redux_sum: five dependent shuffles and adds gone
-    #   from every warp's way to its pair, and five more from block 0's combine);
-    # - tune*: with the three, clusters of 4 at 64 x 32000 (16 KiB slices) and the loads'
-    #   256-byte L2 fetch hint (prefetch_256b).
+    # (session 30 timed three more switches, target_first, redux_sum and prefetch_256b, as the
+    # first* and tune* plans, and they won nothing, so the kernel and these plans lost them.)
     *(
         Plan("cross_entropy", "cupy_cross_entropy_resident.py", [shape], configs, tag=tag)
         for tag, shape, configs in [
@@ -642,51 +637,25 @@ PLANS = [
             ),
         ]
     ),
-    # async*, first* and tune* (above) at each decode shape's launches, warp_pairs in all.
+    # async* (above) at each decode shape's launches, warp_pairs in all.
     *(
         Plan(
             "cross_entropy",
             "cupy_cross_entropy_resident.py",
             [shape],
-            _grid({**launches, "warp_pairs": [True], **options}),
-            tag=f"{name}{size}",
+            _grid(
+                {
+                    **launch,
+                    "warp_pairs": [True],
+                    "async_pairs": [False, True],
+                    "redux_max": [False, True],
+                }
+            ),
+            tag=f"async{size}",
         )
-        for size, shape, launch, wide in [
-            (
-                "32k",
-                "decode-64x32000",
-                {"threads": [128, 256], "slice_kb": [8]},
-                {"threads": [128, 256], "slice_kb": [8, 16]},
-            ),
-            (
-                "128k",
-                "decode-64x128256",
-                {"threads": [512], "slice_kb": [8, 16]},
-                {"threads": [256, 512], "slice_kb": [16]},
-            ),
-        ]
-        for name, launches, options in [
-            ("async", launch, {"async_pairs": [False, True], "redux_max": [False, True]}),
-            (
-                "first",
-                launch,
-                {
-                    "async_pairs": [True],
-                    "redux_max": [True],
-                    "target_first": [False, True],
-                    "redux_sum": [False, True],
-                },
-            ),
-            (
-                "tune",
-                wide,
-                {
-                    "async_pairs": [True],
-                    "redux_max": [True],
-                    "target_first": [True],
-                    "prefetch_256b": [False, True],
-                },
-            ),
+        for size, shape, launch in [
+            ("32k", "decode-64x32000", {"threads": [128, 256], "slice_kb": [8]}),
+            ("128k", "decode-64x128256", {"threads": [512], "slice_kb": [8, 16]}),
         ]
     ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their

@@ -25,15 +25,10 @@ With `async_pairs` as well, each warp sends its pair with asynchronous stores (`
 count their bytes in on a transaction barrier (mbarrier) in block 0: no warp fences its stores or
 arrives at a second cluster barrier, and block 0's warp 0 waits on the barrier until every pair
 has landed. With `redux_max` a warp's max is one `redux.sync` on the floats' bits mapped to
-ints of the same order, not five shuffles, and with `redux_sum` each warp sum on a row's way
-to its loss is `redux.sync` adds on the terms in fixed point, not five shuffles and adds: a
-warp's sum of its row's terms two (2^-27 a unit at two vectors a thread), a combine's, of terms
-up to a row's length, three (48 bits); the lanes' order then changes nothing. With
-`prefetch_256b` each row load asks L2 to fetch the 256 bytes around it (`ld.global.L2::256B`),
-a hint that changes no value. With
-`target_first` the loss's warp loads the target's index before the row and its logit while the
-row is summed; without it the compiled code loads both only once the row's first vectors have
-arrived, one after the other, and waits for them before it sums.
+ints of the same order, not five shuffles.
+Three more switches were timed at both decode shapes and won nothing, so they are gone: the warp
+sums as `redux.sync` adds in fixed point, a 256-byte L2 fetch hint on the row's loads, and the
+target's index and logit loaded before the row (docs/benchmarks/2026-12-01-h200-session30.md).
 With `exchange="global"` a row's blocks are independent (no cluster to co-schedule, which on
 the H200 cost a plain read of 16 MiB about 1 us, docs/benchmarks/2026-11-30-h200-session9.md):
 each publishes its pair in global memory and counts itself in, and the last to arrive combines
@@ -60,9 +55,6 @@ PARAMS = {
     "warp_pairs": [False, True],
     "async_pairs": [False, True],
     "redux_max": [False, True],
-    "redux_sum": [False, True],
-    "prefetch_256b": [False, True],
-    "target_first": [False, True],
 }
 EXCHANGES = ("cluster", "global")
 MAX_CLUSTER = 8
@@ -151,19 +143,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar) {
 #define CLUSTER_DIMS
 #endif
 
-// A row's 16 bytes, streamed (evict-first); with PREFETCH_256B L2 fetches the 256-byte block
-// around them from DRAM at once.
-__device__ __forceinline__ uint4 load_row(const uint4* p) {
-#if PREFETCH_256B
-    uint4 r;
-    asm("ld.global.cs.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-#else
-    return __ldcs(p);
-#endif
-}
-
 #if REDUX_MAX
 // One redux instruction on the floats' bits mapped to ints of the same order (a negative
 // float's magnitude bits flipped: the map is its own inverse); a positive NaN wins, where the
@@ -187,55 +166,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
-#if REDUX_SUM
-// ceil(log2(n)), for n >= 1.
-__device__ constexpr int bits_for(int n) { return n <= 1 ? 0 : 1 + bits_for((n + 1) / 2); }
-// warp_sum() of 0 <= v < 2^B in fixed point: each lane's whole units of 2^(B - 32) as two
-// 16-bit halves, and with PARTS 3 the fraction below them, rounded to 2^-16 of a unit (up to
-// 65536 of them, a carry), as a third part; each part is summed by one redux (32 parts fit 22
-// bits). Only each lane's rounding to the last part's unit and the float roundings of the total
-// are inexact, whatever the lanes' order. A NaN on any lane makes the sum NaN (its conversion
-// would read 0).
-template <int B, int PARTS>
-__device__ __forceinline__ float warp_sum_fixed(float v) {
-    const float x = v * __int_as_float((127 + 32 - B) << 23);
-    const unsigned whole = PARTS == 3 ? __float2uint_rz(x) : __float2uint_rn(x);
-    unsigned lo, hi;
-    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(lo) : "r"(whole & 0xffffu));
-    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(hi) : "r"(whole >> 16));
-    float s = fmaf((float)hi, 65536.f, (float)lo);
-    if (PARTS == 3) {
-        // x - whole is exact: below 2^24 x keeps its fraction, above it has none.
-        const unsigned below = __float2uint_rn((x - (float)whole) * 65536.f);
-        unsigned sub;
-        asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(sub) : "r"(below));
-        s = fmaf((float)sub, 1.f / 65536.f, s);
-    }
-    s *= __int_as_float((127 + B - 32) << 23);
-    return __any_sync(0xffffffffu, v != v) ? __int_as_float(0x7fc00000) : s;
-}
-#endif
-// A warp's sum of its row's terms (each lane's VPT * 8 of them); with REDUX_SUM in fixed point,
-// the terms being each at most 1 but for the rounding of the max they are taken against, under 2
-// while |max| < 2^24 (logits below 1e7 in magnitude): twice VPT * 8 bounds a lane.
-__device__ __forceinline__ float row_sum(float v) {
-#if REDUX_SUM
-    return warp_sum_fixed<bits_for(VPT * 8) + 1, 2>(v);
-#else
-    return warp_sum(v);
-#endif
-}
-// A combine's sum of pairs' sums against the common max: no lane's part exceeds the row's
-// BLOCKS * THREADS * VPT * 8 terms, twice which bounds it; with REDUX_SUM 48 bits of fixed
-// point, so that the unit (2^-24 at most, at 32 blocks of 1024 threads of 32 vectors through
-// global memory) stays far below the sum, about 1 at least (the max's own term).
-__device__ __forceinline__ float combine_sum(float v) {
-#if REDUX_SUM
-    return warp_sum_fixed<bits_for(BLOCKS * THREADS * VPT * 8) + 1, 3>(v);
-#else
-    return warp_sum(v);
-#endif
-}
 // A sum of 2^(t - m) taken against max m, counted against a larger max big (0 if empty; a NaN
 // sum, from a NaN or +inf input, stays NaN, as in torch).
 __device__ __forceinline__ float weigh(float s, float m, float big) {
@@ -249,7 +179,7 @@ __device__ __forceinline__ void combine(const float* ms, const float* ss, int n,
     const float si = lane < n ? ss[lane] : 0.f;
     const float mi = si == 0.f ? NEG_INF : ms[lane];
     m = warp_max(mi);
-    s = combine_sum(weigh(si, mi, m));
+    s = warp_sum(weigh(si, mi, m));
 }
 
 #if CLUSTER > 1 && WARP_PAIRS
@@ -266,7 +196,7 @@ __device__ __forceinline__ void combine_strided(const float* ms, const float* ss
     #pragma unroll
     for (int i = lane; i < N; i += 32) sl += weigh(ss[i], ms[i], ml);
     m = warp_max(ml);
-    s = combine_sum(weigh(sl, ml, m));
+    s = warp_sum(weigh(sl, ml, m));
 }
 #endif
 
@@ -309,36 +239,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
     // A thread whose vectors all lie in the slice (all but the last few) loads and stores
     // without a bounds check: kept predicates would cost a register per vector.
     const uint4* xt = xv + v0 + threadIdx.x;
-#if TARGET_FIRST
-    // The loss's warp (with a global exchange, warp 0 of each block, as any may finish last)
-    // loads the target before the row's vectors, and its logit, at a column clamped into the row
-    // so that no branch waits for it, while they are summed: it waits for neither before its own
-    // sum, where the branch below waits for both (the compiler issues it after the first use of
-    // the row's vectors).
-    const bool loss_warp = (GLOBAL_EXCHANGE || rank == 0) && threadIdx.x < 32;
-    long long target = loss_warp ? __ldg(targets + row) : 0;
-#endif
     const bool whole = v0 + (int)threadIdx.x + (VPT - 1) * THREADS < v1;
     uint4 p[VPT];
     if (whole) {
         #pragma unroll
-        for (int u = 0; u < VPT; ++u) p[u] = load_row(xt + u * THREADS);
+        for (int u = 0; u < VPT; ++u) p[u] = __ldcs(xt + u * THREADS);
     } else {
         #pragma unroll
         for (int u = 0; u < VPT; ++u) {
             p[u] = v0 + (int)threadIdx.x + u * THREADS < v1
-                ? load_row(xt + u * THREADS)
+                ? __ldcs(xt + u * THREADS)
                 : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);  // -inf
         }
     }
 
-#if TARGET_FIRST
-    unsigned short picked_bits = 0;
-    if (loss_warp) {
-        const long long column = min(max(target, 0LL), (long long)n_vec * 8 - 1);
-        picked_bits = __ldg(reinterpret_cast<const unsigned short*>(xv) + column);
-    }
-#else
     // The target's logit, fetched while the row's loads are in flight (by the thread that
     // writes the loss: with a global exchange, whichever block of the row finishes last).
     long long target = 0;
@@ -348,7 +262,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         if (target >= 0 && target < (long long)n_vec * 8)
             picked = bf_lo(reinterpret_cast<const unsigned short*>(xv)[target]);
     }
-#endif
 
     // Each warp takes its own max (on packed pairs) and sums 2^(x log2(e) - its max) at once:
     // the block's and the cluster's max only rescale the sums.
@@ -367,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
         for (int k = 0; k < 4; ++k)
             s += exp2f(fmaf(bf_lo(w[k]), LOG2E, -mw)) + exp2f(fmaf(bf_hi(w[k]), LOG2E, -mw));
     }
-    s = row_sum(s);
+    s = warp_sum(s);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #if CLUSTER > 1 && WARP_PAIRS
     // Each warp hands its pair to block 0 and leaves, but block 0's warp 0, which waits for
@@ -442,16 +355,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) CLUSTER_DIMS cross_entropy
                                    : make_float2(NEG_INF, 0.f);
     const float mi = q.y == 0.f ? NEG_INF : q.x;
     m_all = warp_max(mi);
-    s_all = combine_sum(weigh(q.y, mi, m_all));
+    s_all = warp_sum(weigh(q.y, mi, m_all));
     if (lane == 0) arrived[row] = 0;  // every block of the row has counted itself in
 #else
     if (warp != 0) return;
 #endif
 #endif  // WARP_PAIRS
     if (lane == 0) {
-#if TARGET_FIRST
-        const float picked = bf_lo(picked_bits);
-#endif
         float out;
         if (target == IGNORE_INDEX) out = 0.f;
         else if (target < 0 || target >= (long long)n_vec * 8) out = __int_as_float(0x7fc00000);
@@ -514,9 +424,8 @@ SWITCHES = tuple(name for name, values in PARAMS.items() if values == [False, Tr
 
 def compile_options(threads: int, launch: Launch, **switches: bool) -> tuple[str, ...]:
     """NVRTC options for one launch shape (cluster > 1 needs sm_90) and SWITCHES (absent ones
-    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS), the warp max and the warp sums
-    (REDUX_MAX, REDUX_SUM: redux needs sm_80), the load hint (PREFETCH_256B) and the
-    target fetch (TARGET_FIRST). The block size is a compile-time constant so that each thread's
+    off): the exchange (EARLY_EXIT, WARP_PAIRS, ASYNC_PAIRS) and the warp max
+    (REDUX_MAX: redux needs sm_80). The block size is a compile-time constant so that each thread's
     vector offsets are immediates, not registers."""
     unknown = sorted(set(switches) - set(SWITCHES))
     if unknown:
@@ -567,9 +476,6 @@ def kernel(
     warp_pairs: bool = False,
     async_pairs: bool = False,
     redux_max: bool = False,
-    redux_sum: bool = False,
-    prefetch_256b: bool = False,
-    target_first: bool = False,
 ) -> torch.Tensor:
     x = logits
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.stride(-1) != 1:
@@ -605,9 +511,6 @@ def kernel(
         warp_pairs=warp_pairs,
         async_pairs=async_pairs,
         redux_max=redux_max,
-        redux_sum=redux_sum,
-        prefetch_256b=prefetch_256b,
-        target_first=target_first,
     )
     kern(
         (n_rows * launch.blocks,),

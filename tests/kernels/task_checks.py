@@ -162,20 +162,13 @@ def assert_splitk_launches_compile(task: Task, candidate: str) -> None:
         )
 
 
-# The resident candidates' switches compiled beside each plain launch: ANY_LAUNCH's (warp max
-# and sums, load hint, target fetch) at every launch, the cluster exchange's only where a cluster
-# takes the row.
-ANY_LAUNCH = {"redux_max": True, "redux_sum": True, "prefetch_256b": True, "target_first": True}
+# The resident candidates' switches compiled beside each plain launch: ANY_LAUNCH's (the warp
+# max) at every launch, the cluster exchange's only where a cluster takes the row.
+ANY_LAUNCH = {"redux_max": True}
 CLUSTER_SWITCH_SETS = (
     {"early_exit": True},
     {"warp_pairs": True},
-    {
-        "warp_pairs": True,
-        "async_pairs": True,
-        "redux_max": True,
-        "redux_sum": True,
-        "target_first": True,
-    },
+    {"warp_pairs": True, "async_pairs": True, "redux_max": True},
 )
 
 

@@ -120,10 +120,7 @@ def test_shipped_candidates_on_gpu(task) -> None:
         {"threads": 512, "slice_kb": 16, "warp_pairs": True},
         {"threads": 256, "slice_kb": 8, "warp_pairs": True, "async_pairs": True},
         {"threads": 512, "slice_kb": 16, **TABLE_SWITCHES},
-        {"threads": 256, "slice_kb": 8, **TABLE_SWITCHES, "target_first": True},
-        {"threads": 256, "slice_kb": 64, "exchange": "global", "target_first": True},
-        {"threads": 512, "slice_kb": 16, **TABLE_SWITCHES, "redux_sum": True, "target_first": True},
-        {"threads": 128, "slice_kb": 64, "redux_sum": True},
+        {"threads": 256, "slice_kb": 64, "exchange": "global", "redux_max": True},
     ]
     ev = gpu_evaluate(
         task,
@@ -139,12 +136,6 @@ def test_shipped_candidates_on_gpu(task) -> None:
 
 # The cluster and global exchanges, and the cluster's with early_exit, without other switches.
 EXCHANGES = [("cluster", {}), ("global", {}), ("cluster", {"early_exit": True})]
-# redux_sum with and without the other switches, over a cluster and through global memory.
-SUM_SWITCHES = [
-    ("cluster", {**TABLE_SWITCHES, "redux_sum": True}),
-    ("cluster", {"redux_sum": True}),
-    ("global", {"redux_max": True, "redux_sum": True}),
-]
 
 
 @pytest.mark.gpu
@@ -154,11 +145,8 @@ SUM_SWITCHES = [
         *EXCHANGES,
         ("cluster", {"warp_pairs": True}),
         ("cluster", {"warp_pairs": True, "async_pairs": True}),
-        ("cluster", {**TABLE_SWITCHES, "prefetch_256b": True}),
-        ("cluster", {**TABLE_SWITCHES, "target_first": True}),
-        ("cluster", {"target_first": True}),
-        ("global", {"redux_max": True, "prefetch_256b": True, "target_first": True}),
-        *SUM_SWITCHES,
+        ("cluster", TABLE_SWITCHES),
+        ("global", {"redux_max": True}),
     ],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (512, 16), (1024, 16), (1024, 64)])
@@ -178,16 +166,16 @@ def test_resident_cross_entropy_on_edge_rows(task, threads, slice_kb, exchange, 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "exchange,options",
-    [*EXCHANGES, ("cluster", TABLE_SWITCHES), *SUM_SWITCHES],
+    [*EXCHANGES, ("cluster", TABLE_SWITCHES), ("global", {"redux_max": True})],
 )
 @pytest.mark.parametrize("threads,slice_kb", [(256, 8), (1024, 64)])
 def test_resident_cross_entropy_on_rows_with_nan_inf_or_one_value(
     task, threads, slice_kb, exchange, options
 ):
     """A NaN logit of either sign, +inf beside finite logits or at the target, and a row all
-    -inf make the row's loss NaN, as torch's (a redux_sum would read a NaN as 0 but for its
-    vote); an ignored row's loss stays 0 whatever its logits; a row of one value has the loss
-    ln(vocab), every term 1, so that a lane's sum sits at half redux_sum's bound."""
+    -inf make the row's loss NaN, as torch's (redux_max's integer max must let a NaN through);
+    an ignored row's loss stays 0 whatever its logits; a row of one value has the loss
+    ln(vocab), every term 1."""
     pytest.importorskip("cupy")
     module = candidate_module(task, RESIDENT)
     cols = 32000
@@ -368,59 +356,6 @@ def test_with_redux_max_a_warp_max_is_one_redux_not_five_shuffles(task) -> None:
     assert "redux.sync" not in shuffles
     assert redux.count("redux.sync.max.s32") == 2
     assert shuffles.count("shfl.sync") - redux.count("shfl.sync") == 10
-
-
-def _scales_into(ptx: str, conversion: str) -> list[str]:
-    """The constants (PTX hex floats) of the multiplies whose results `conversion` (a float to
-    u32 cvt) takes."""
-    scale = dict(re.findall(r"mul\.ftz\.f32\s+(%f\d+), %f\d+, (0f[0-9A-F]{8});", ptx))
-    sources = re.findall(rf"{re.escape(conversion)}\s+%r\d+, (%f\d+);", ptx)
-    return sorted(scale.get(source, "none") for source in sources)
-
-
-@pytest.mark.parametrize(
-    "cols,row_scale,combine_scale",
-    [
-        # 2 vectors a thread (16 terms, B = 5) and 32768 terms a row (B = 16)
-        (32000, "0f4D000000", "0f47800000"),
-        # 8 vectors a thread (64 terms, B = 7) and 131072 terms a row (B = 18)
-        (128256, "0f4C000000", "0f46800000"),
-    ],
-)
-def test_with_redux_sum_every_warp_sum_is_redux_adds_in_fixed_point(
-    task, cols, row_scale, combine_scale
-) -> None:
-    """Over a cluster of 8 blocks of 256 threads with warp_pairs: with redux_sum each warp's sum
-    of its row's terms is two redux adds (16-bit halves) and block 0's combine three (48 bits),
-    each beside a vote (for a NaN), and the ten shuffles of the two sums are gone (the two maxes
-    keep theirs). A lane's row sum is scaled by 2^(32 - B) for twice its terms' count 2^(B - 1)
-    and rounded; a combine's part likewise for twice the row's terms, its whole units truncated
-    and the fraction below them scaled by 2^16 and rounded."""
-    plain = _cluster8_ptx(task, cols, warp_pairs=True)
-    fixed = _cluster8_ptx(task, cols, warp_pairs=True, redux_sum=True)
-    assert "redux.sync.add" not in plain
-    assert fixed.count("redux.sync.add.u32") == 5
-    assert fixed.count("vote.sync.any") == 2
-    assert plain.count("shfl.sync") == 20
-    assert fixed.count("shfl.sync") == 10
-    assert _scales_into(fixed, "cvt.rzi.ftz.u32.f32") == [combine_scale]
-    assert _scales_into(fixed, "cvt.rni.ftz.u32.f32") == sorted([row_scale, "0f47800000"])
-
-
-def test_with_target_first_the_target_is_loaded_before_the_row_and_its_column_clamped(
-    task,
-) -> None:
-    """With target_first the kernel's first global load is the target's index, before the row's
-    vectors, and the target's logit is read at a column clamped into the row (min/max, no branch
-    on the index before it); without it the row's vectors come first."""
-    plain = _cluster8_ptx(task, warp_pairs=True, async_pairs=True)
-    first = _cluster8_ptx(task, warp_pairs=True, async_pairs=True, target_first=True)
-    loads = [re.findall(r"\bld\.global[\w.:]*", ptx) for ptx in (plain, first)]
-    assert loads[0][0].startswith("ld.global.cs.v4")
-    assert loads[1][0] == "ld.global.nc.s64"
-    assert loads[1][1:4] == ["ld.global.cs.v4.u32"] * 3
-    assert "min.s64" in first and "max.s64" in first
-    assert "min.s64" not in plain
 
 
 def test_an_unknown_switch_is_refused_by_name(task) -> None:
