@@ -635,27 +635,24 @@ PLANS = [
                 "decode-64x128256",
                 _grid({"threads": [128, 512, 1024], "slice_kb": [8], "warp_pairs": [True]}),
             ),
-        ]
-    ),
-    # async* (above) at each decode shape's launches, warp_pairs in all.
-    *(
-        Plan(
-            "cross_entropy",
-            "cupy_cross_entropy_resident.py",
-            [shape],
-            _grid(
-                {
-                    **launch,
-                    "warp_pairs": [True],
-                    "async_pairs": [False, True],
-                    "redux_max": [False, True],
-                }
+            *(
+                (
+                    f"async{size}",
+                    shape,
+                    _grid(
+                        {
+                            **launch,
+                            "warp_pairs": [True],
+                            "async_pairs": [False, True],
+                            "redux_max": [False, True],
+                        }
+                    ),
+                )
+                for size, shape, launch in [
+                    ("32k", "decode-64x32000", {"threads": [128, 256], "slice_kb": [8]}),
+                    ("128k", "decode-64x128256", {"threads": [512], "slice_kb": [8, 16]}),
+                ]
             ),
-            tag=f"async{size}",
-        )
-        for size, shape, launch in [
-            ("32k", "decode-64x32000", {"threads": [128, 256], "slice_kb": [8]}),
-            ("128k", "decode-64x128256", {"threads": [512], "slice_kb": [8, 16]}),
         ]
     ),
     # The down projections at 16 rows letting the next layer's first kernel in only as their
