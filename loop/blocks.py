@@ -1,15 +1,15 @@
 """End-to-end decoder blocks built from swappable ops, to measure whether tuned kernels compound.
 
-Two block kinds, one forward function each for a decode step and for a prefill (and, for
-Llama's, a chunk of a long prompt's prefill onto the cache of its earlier tokens):
+Two block kinds, one forward function each for a decode step, a prefill, and a chunk of a long
+prompt's prefill onto the cache of its earlier tokens:
 
 - `LlamaConfig`: a Llama-3-8B-like block (RMSNorm, fused QKV projection, NeoX rope, GQA
   attention, output projection, residual add + RMSNorm, merged gate/up projection, SwiGLU,
   down projection, residual add).
 - `MlaConfig`: a DeepSeek-V3-like block with multi-head latent attention (low-rank q, a shared
   compressed KV latent plus a rope key; decode runs the weight-absorbed form over the latent
-  cache, prefill the expanded form) and a *dense* SwiGLU FFN: DeepSeek-V3's MoE layers are not
-  modelled (a dense FFN of the first layers' width stands in for them).
+  cache, prefill and a chunk the expanded form) and a *dense* SwiGLU FFN: DeepSeek-V3's MoE
+  layers are not modelled (a dense FFN of the first layers' width stands in for them).
 
 Llama's block calls four fused ops: the input norms folded into the projections after them
 (`rmsnorm_linear`: the qkv projection, or `rmsnorm_linear_rope` with rope after it;
@@ -379,6 +379,8 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
             "head_dim": q.shape[3],
             "q_len": q.shape[2],
             "kv_len": k.shape[2],
+            # the task's dim for a v narrower than q and k (MLA's), absent where they match
+            **({"v_head_dim": v.shape[3]} if v.shape[3] != q.shape[3] else {}),
         },
     ),
     "mla_decode": (
@@ -652,12 +654,10 @@ def _bucket_of(shape_name: str) -> int | None:
 
 
 def _gqa_prefill(kernel: Callable) -> Callable:
-    """The prefill task has as many KV heads as query heads, and one head_dim: expand GQA's KV
-    (as the eager op does) and leave a narrower v (MLA) to eager."""
+    """The prefill task has as many KV heads as query heads: expand GQA's KV (as the eager op
+    does)."""
 
     def run(q, k, v):
-        if v.shape[-1] != q.shape[-1]:
-            return _attention_prefill(q, k, v)
         return kernel(q, _repeat_kv(k, q.shape[1]), _repeat_kv(v, q.shape[1]))
 
     return run
@@ -711,8 +711,8 @@ class Block:
     cfg: BlockConfig
     decode: Callable[..., tuple[torch.Tensor, ...]]
     prefill: Callable[..., tuple[torch.Tensor, ...]]
+    chunk: Callable[..., tuple[torch.Tensor, ...]]
     label: str = "eager"
-    chunk: Callable[..., tuple[torch.Tensor, ...]] | None = None  # Llama's only
 
 
 def _mlp(ops: Ops, w: dict[str, torch.Tensor], attn: torch.Tensor, x: torch.Tensor):
@@ -777,7 +777,7 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         out = _mlp(ops, w, attn.transpose(1, 2).reshape(b * t, nq * d), flat)
         return out.reshape(b, t, hidden), k.reshape(b, t, nkv, d), v.reshape(b, t, nkv, d)
 
-    return Block(cfg, decode, prefill, ops.label, chunk)
+    return Block(cfg, decode, prefill, chunk, ops.label)
 
 
 def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
@@ -806,24 +806,38 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         )
         return _mlp(ops, w, o.reshape(x.shape[0], nh * dv), x), ckv, kpe
 
-    def prefill(x, cos, sin):
-        """x (B, T, hidden); cos and sin (T, rope_dim/2). Causal. Returns (out,)."""
+    def expanded(x, ckv_cache, kpe_cache, cos, sin):
+        """The prefill form of the attention, for x (B, T, hidden), the last T tokens of the
+        caches (B, L, kv_lora_rank) and (B, L, rope_dim) (None: the T tokens' own entries);
+        cos and sin (T, rope_dim/2): every head's key (nope + the shared rope key) and value
+        expanded from the latent cache, the T queries attending causally over them. Returns
+        (out (B, T, hidden), the tokens' ckv (B, T, kv_lora_rank) and kpe (B, T, rope_dim))."""
         b, t, hidden = x.shape
         flat = x.reshape(b * t, hidden)
         q_nope, q_pe, ckv, kpe = projections(flat, cos.repeat(b, 1), sin.repeat(b, 1))
-        k_nope = torch.einsum("tc,hcd->thd", ckv, w["w_uk"])
-        v = torch.einsum("tc,hdc->thd", ckv, w["w_uv"])
-        q = torch.cat([q_nope, q_pe], dim=-1)
-        k = torch.cat([k_nope, kpe[:, None, :].expand(-1, nh, r)], dim=-1)
+        ckv, kpe = ckv.reshape(b, t, c), kpe.reshape(b, t, r)
+        ckv_cache = ckv if ckv_cache is None else ckv_cache
+        kpe_cache = kpe if kpe_cache is None else kpe_cache
+        length = ckv_cache.shape[1]
+        k_nope = torch.einsum("blc,hcd->bhld", ckv_cache, w["w_uk"])
+        k = torch.cat([k_nope, kpe_cache[:, None].expand(b, nh, length, r)], dim=-1)
+        v = torch.einsum("blc,hdc->bhld", ckv_cache, w["w_uv"])
+        q = torch.cat([q_nope, q_pe], dim=-1).reshape(b, t, nh, dn + r).transpose(1, 2)
+        attn = ops.attention_prefill(q, k, v).transpose(1, 2).reshape(b * t, nh * dv)
+        return _mlp(ops, w, attn, flat).reshape(b, t, hidden), ckv, kpe
 
-        def heads(z: torch.Tensor) -> torch.Tensor:
-            return z.reshape(b, t, nh, -1).transpose(1, 2)
+    def prefill(x, cos, sin):
+        """x (B, T, hidden); cos and sin (T, rope_dim/2). Causal. Returns (out,)."""
+        return expanded(x, None, None, cos, sin)[:1]
 
-        attn = ops.attention_prefill(heads(q), heads(k), heads(v))
-        attn = attn.transpose(1, 2).reshape(b * t, nh * dv)
-        return (_mlp(ops, w, attn, flat).reshape(b, t, hidden),)
+    def chunk(x, ckv_cache, kpe_cache, cos, sin):
+        """x (B, T, hidden), a prompt's next T tokens; ckv_cache (B, L, kv_lora_rank) and
+        kpe_cache (B, L, rope_dim) holding the prompt's L - T tokens before them and the
+        chunk's T slots; cos and sin (T, rope_dim/2) at positions L - T to L - 1. Returns
+        (out (B, T, hidden), ckv_new (B, T, kv_lora_rank), kpe_new (B, T, rope_dim))."""
+        return expanded(x, ckv_cache, kpe_cache, cos, sin)
 
-    return Block(cfg, decode, prefill, ops.label)
+    return Block(cfg, decode, prefill, chunk, ops.label)
 
 
 def decoder_block(cfg: BlockConfig, weights: dict[str, torch.Tensor], ops: Ops) -> Block:
@@ -840,15 +854,15 @@ def compiled_block(block: Block, backend: str = "inductor") -> Block:
     """torch.compile of `block`'s forward functions (specialised per shape), compiled on first
     call; a tuned block's kernels stay opaque ops inside the compiled graph."""
 
-    def compiled(fn: Callable | None) -> Callable | None:
-        return None if fn is None else torch.compile(fn, dynamic=False, backend=backend)
+    def compiled(fn: Callable) -> Callable:
+        return torch.compile(fn, dynamic=False, backend=backend)
 
     return Block(
         block.cfg,
         compiled(block.decode),
         compiled(block.prefill),
-        f"compiled {block.label}" if block.label != "eager" else "compiled",
         compiled(block.chunk),
+        f"compiled {block.label}" if block.label != "eager" else "compiled",
     )
 
 
@@ -873,8 +887,9 @@ def stacked_block(blocks: list[Block]) -> Block:
             (x,) = block.prefill(x, cos, sin)
         return (x,)
 
-    chunk = over_caches("chunk") if blocks[0].chunk is not None else None
-    return Block(blocks[0].cfg, over_caches("decode"), prefill, blocks[0].label, chunk)
+    return Block(
+        blocks[0].cfg, over_caches("decode"), prefill, over_caches("chunk"), blocks[0].label
+    )
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -904,15 +919,13 @@ def make_inputs(
 ) -> tuple[torch.Tensor, ...]:
     """Inputs of `Block.decode` (mode "decode", `length` = context, the new token at position
     length - 1), `Block.prefill` (mode "prefill", `length` = tokens) or `Block.chunk` (mode
-    "chunk", Llama's: the last `tokens` of a `length`-token prompt), in the device's dtype;
+    "chunk": the last `tokens` of a `length`-token prompt), in the device's dtype;
     with `layers`, of a `stacked_block` of that many (the caches on a leading layer dim).
     Activations and caches ~ N(0, 1)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if (mode == "chunk") != (tokens is not None):
         raise ValueError(f"tokens is given with mode 'chunk' only (mode {mode!r}, tokens {tokens})")
-    if mode == "chunk" and not isinstance(cfg, LlamaConfig):
-        raise ValueError("a chunked prefill is modelled for llama blocks only")
     for name, value in (
         ("batch", batch),
         ("length", length),
@@ -935,11 +948,10 @@ def make_inputs(
         return draw(batch, length, cfg.hidden), cos, sin
     if mode == "chunk":
         cos, sin = rope_tables(cfg, torch.arange(length - tokens, length, device=device))
-        shape = (*stack, batch, cfg.kv_heads, length, cfg.head_dim)
-        return draw(batch, tokens, cfg.hidden), draw(*shape), draw(*shape), cos, sin
-    pos = torch.full((batch,), length - 1, device=device)
-    cos, sin = rope_tables(cfg, pos)
-    x = draw(batch, cfg.hidden)
+        x = draw(batch, tokens, cfg.hidden)
+    else:
+        cos, sin = rope_tables(cfg, torch.full((batch,), length - 1, device=device))
+        x = draw(batch, cfg.hidden)
     if isinstance(cfg, LlamaConfig):
         shape = (*stack, batch, cfg.kv_heads, length, cfg.head_dim)
         return x, draw(*shape), draw(*shape), cos, sin

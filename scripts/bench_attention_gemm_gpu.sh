@@ -6,10 +6,10 @@
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
 #       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_gluon] [mla_rows] [prefill_attention]
-#       [prefill_desc] [prefill_gluon] [fp8_gemm]
+#       [prefill_desc] [prefill_gluon] [prefill_mla] [fp8_gemm]
 #
 # No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_gluon, mla_rows,
-# prefill_desc and prefill_gluon (estimated 5-7 minutes on an H200; split across calls if
+# prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split across calls if
 # needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -314,6 +314,24 @@ for stage in $STAGES; do
             best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-gluon.json" b1-q16384-kv16384) &&
             bench prefill_attention gluon_prefill_attention.py gluonbest "$best" \
                 "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
+        ;;
+    prefill_mla)
+        # DeepSeek's prefill in the expanded form (128 heads; q and k 192 wide, 128 nope + 64
+        # rope, v 128) by the Triton candidate, whose scores are two products (nope, rope).
+        # 192-wide K tiles take shared memory: 128x128 tiles fit 2 stages (208 KB), 128x64 3.
+        # Swept at the 4k chunk of a 32k prompt against eager (SDPA's own pick: its flash
+        # backend cannot take a narrower v), the winner then at every mla shape against eager,
+        # SDPA's cuDNN backend and torch.compile.
+        sweep prefill_attention triton_prefill_attention.py mla eager mla-b1-q4096-kv32768 \
+            '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":3}' \
+            '{"block_n":128,"num_stages":2}' '{"block_n":32,"num_stages":3}' \
+            '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}' \
+            '{"block_n":64,"num_stages":2,"loads":"pointer"}'
+        [ -z "${NO_SWEEP:-}" ] &&
+            best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-mla.json" mla-b1-q4096-kv32768) &&
+            bench prefill_attention triton_prefill_attention.py mlabest "$best" \
+                "--peer eager --peer sdpa-cudnn --peer torch.compile" mla-b1-q4096-kv4096 \
+                mla-b1-q4096-kv32768 mla-b1-q8192-kv65536
         ;;
     fp8_gemm)
         # Peers: eager (dequantise, then bf16 F.linear) and scaled-mm (cuBLASLt fp8).

@@ -77,8 +77,8 @@ def _triton_build(p: dict):
     desc = p["loads"] == "descriptor"
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
-    constexprs = {"H": HEADS, "D": HEAD_DIM, "BLOCK_M": p["block_m"], "BLOCK_N": p["block_n"]}
-    constexprs["DESC"] = desc
+    constexprs = {"H": HEADS, "DV": HEAD_DIM, "DR": 0, "BLOCK_M": p["block_m"]}
+    constexprs |= {"BLOCK_N": p["block_n"], "DESC": desc, "qr_desc": None, "kr_desc": None}
     for name in "qkvo":
         rows = p["block_m"] if name in "qo" else p["block_n"]
         if desc:

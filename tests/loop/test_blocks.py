@@ -80,24 +80,27 @@ def test_decode_of_the_last_token_matches_prefill(cfg) -> None:
     assert _rel(out, pre[:, -1]) < 1e-5
 
 
-def test_a_chunk_of_a_prompt_over_its_cache_matches_the_prompts_prefill() -> None:
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_a_chunk_of_a_prompt_over_its_cache_matches_the_prompts_prefill(cfg) -> None:
     """A chunked prefill step over a cache of the prompt's own entries gives the prefill's rows
     of the chunk's tokens: checks the causal mask (the chunk is the cache's last tokens), the
-    chunk's rope positions and the cache layout."""
+    chunk's rope positions and the cache layout (MLA's: the latent and rope key a token)."""
     n, t = 12, 5
-    block = decoder_block(LLAMA, make_weights(LLAMA, "cpu", seed=3), eager_ops())
-    x, cos, sin = make_inputs(LLAMA, "prefill", 2, n, seed=4)
+    block = decoder_block(cfg, make_weights(cfg, "cpu", seed=3), eager_ops())
+    x, cos, sin = make_inputs(cfg, "prefill", 2, n, seed=4)
     (pre,) = block.prefill(x, cos, sin)
-    chunk_x, any_k, any_v, chunk_cos, chunk_sin = make_inputs(LLAMA, "chunk", 2, n, tokens=t)
-    assert chunk_x.shape == (2, t, LLAMA.hidden) and any_k.shape == (2, LLAMA.kv_heads, n, 16)
+    chunk_x, any_a, any_b, chunk_cos, chunk_sin = make_inputs(cfg, "chunk", 2, n, tokens=t)
+    llama = cfg.kind == "llama"
+    entry = (LLAMA.kv_heads, n, 16) if llama else (n, cfg.kv_lora_rank)
+    assert chunk_x.shape == (2, t, cfg.hidden) and any_a.shape == (2, *entry)
     assert torch.equal(chunk_cos, cos[n - t :]) and torch.equal(chunk_sin, sin[n - t :])
-    _, k, v = block.chunk(x, any_k, any_v, cos, sin)  # the prompt's entries: not from the cache
-    k_cache, v_cache = k.transpose(1, 2), v.transpose(1, 2)
-    out, k_new, v_new = block.chunk(x[:, n - t :], k_cache, v_cache, cos[n - t :], sin[n - t :])
+    _, a, b = block.chunk(x, any_a, any_b, cos, sin)  # the prompt's entries: not from the cache
+    cache_a, cache_b = (a.transpose(1, 2), b.transpose(1, 2)) if llama else (a, b)
+    out, a_new, b_new = block.chunk(x[:, n - t :], cache_a, cache_b, cos[n - t :], sin[n - t :])
     assert _rel(out, pre[:, n - t :]) < 1e-5
-    assert _rel(k_new, k[:, n - t :]) < 1e-6 and _rel(v_new, v[:, n - t :]) < 1e-6
+    assert _rel(a_new, a[:, n - t :]) < 1e-6 and _rel(b_new, b[:, n - t :]) < 1e-6
     # the whole prompt as one chunk is its prefill
-    assert _rel(block.chunk(x, k_cache, v_cache, cos, sin)[0], pre) < 1e-5
+    assert _rel(block.chunk(x, cache_a, cache_b, cos, sin)[0], pre) < 1e-5
 
 
 @pytest.mark.parametrize(
@@ -107,7 +110,7 @@ def test_a_chunk_of_a_prompt_over_its_cache_matches_the_prompts_prefill() -> Non
         (LLAMA, "chunk", None, "tokens is given with mode 'chunk' only"),
         (LLAMA, "chunk", 0, "tokens must be a positive integer, got 0"),
         (LLAMA, "chunk", 9, "a chunk of 9 tokens is longer than its prompt"),
-        (MLA, "chunk", 4, "llama blocks only"),
+        (MLA, "chunk", 9, "a chunk of 9 tokens is longer than its prompt"),
     ],
 )
 def test_bad_chunk_inputs_are_refused(cfg, mode: str, tokens, message: str) -> None:
@@ -115,10 +118,16 @@ def test_bad_chunk_inputs_are_refused(cfg, mode: str, tokens, message: str) -> N
         make_inputs(cfg, mode, 1, 8, tokens=tokens)
 
 
-def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(tmp_path: Path) -> None:
-    """The chunk's attention (5 queries onto 12 keys, GQA expanded) goes to the prefill
-    attention table's candidate at those dims, and matches the eager chunk, compiled too."""
-    dims = {"batch": 2, "heads": LLAMA.heads, "head_dim": LLAMA.head_dim}
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)
+def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(cfg, tmp_path) -> None:
+    """The chunk's attention (5 queries onto 12 keys; Llama's GQA expanded, MLA's key and value
+    expanded from the latent, v narrower than q and k) goes to the prefill attention table's
+    candidate at those dims, and matches the eager chunk, compiled too."""
+    if cfg.kind == "llama":
+        dims = {"batch": 2, "heads": cfg.heads, "head_dim": cfg.head_dim}
+    else:
+        dims = {"batch": 2, "heads": cfg.heads, "head_dim": cfg.qk_nope_dim + cfg.rope_dim}
+        dims["v_head_dim"] = cfg.v_head_dim
     dims.update({"q_len": 5, "kv_len": 12, "dtype": "float32"})
     entry = {
         "shape": "s0",
@@ -128,11 +137,11 @@ def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(tmp_path: 
     }
     entry.update({"params": {"chunk": 4}, "commit": "", "speedup": None})
     _write_tables(tmp_path, {"prefill_attention": [entry]})
-    weights = make_weights(LLAMA, "cpu", seed=0)
+    weights = make_weights(cfg, "cpu", seed=0)
     ops = tuned_ops(tmp_path, "cpu")
-    tuned = decoder_block(LLAMA, weights, ops)
-    eager = decoder_block(LLAMA, weights, eager_ops())
-    inputs = make_inputs(LLAMA, "chunk", 2, 12, seed=1, tokens=5)
+    tuned = decoder_block(cfg, weights, ops)
+    eager = decoder_block(cfg, weights, eager_ops())
+    inputs = make_inputs(cfg, "chunk", 2, 12, seed=1, tokens=5)
     want = eager.chunk(*inputs)
     graphs, keep_graph = _graph_keeper()
     for block in (tuned, compiled_block(tuned, backend=keep_graph)):
@@ -208,8 +217,12 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
         dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
         out["gqa_decode"] = [(dims, {"chunk": 8})]
-    if cfg.kind == "llama" and mode == "prefill":
-        dims = {"batch": b, "heads": cfg.heads, "head_dim": cfg.head_dim}
+    if mode == "prefill":
+        if cfg.kind == "llama":
+            dims = {"batch": b, "heads": cfg.heads, "head_dim": cfg.head_dim}
+        else:  # the expanded form: q and k of nope + rope dims, v narrower
+            dims = {"batch": b, "heads": cfg.heads, "head_dim": cfg.qk_nope_dim + cfg.rope_dim}
+            dims["v_head_dim"] = cfg.v_head_dim
         dims.update({"q_len": n, "kv_len": n, **dt})
         out["prefill_attention"] = [(dims, {"chunk": 4})]
     if cfg.kind == "mla" and mode == "decode":
@@ -660,7 +673,7 @@ def test_tuned_source_comes_from_the_run_workspace_commit(tmp_path: Path) -> Non
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
     ("cfg", "mode"),
-    [(c, m) for c in CONFIGS for m in ("decode", "prefill")] + [(LLAMA, "chunk")],
+    [(c, m) for c in CONFIGS for m in ("decode", "prefill", "chunk")],
     ids=lambda v: getattr(v, "kind", v),
 )
 def test_block_replays_in_a_cuda_graph(cfg, mode: str) -> None:
@@ -712,9 +725,6 @@ def test_a_stack_runs_its_blocks_in_sequence_each_on_its_own_caches(cfg) -> None
     xp, cos_p, sin_p = make_inputs(cfg, "prefill", 1, 4, seed=3, layers=2)
     (once,) = blocks[0].prefill(xp, cos_p, sin_p)
     assert torch.equal(stack.prefill(xp, cos_p, sin_p)[0], blocks[1].prefill(once, cos_p, sin_p)[0])
-    if cfg.kind != "llama":
-        assert stack.chunk is None
-        return
     x, caches_a, caches_b, cos, sin = make_inputs(cfg, "chunk", 2, 6, seed=3, layers=2, tokens=3)
     out = stack.chunk(x, caches_a, caches_b, cos, sin)
     first = blocks[0].chunk(x, caches_a[0], caches_b[0], cos, sin)
