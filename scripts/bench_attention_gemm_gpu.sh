@@ -318,7 +318,9 @@ for stage in $STAGES; do
     prefill_mla)
         # DeepSeek's prefill in the expanded form (128 heads; q and k 192 wide, 128 nope + 64
         # rope, v 128) by the Triton candidate, whose scores are two products (nope, rope).
-        # 192-wide K tiles take shared memory: 128x128 tiles fit 2 stages (208 KB), 128x64 3.
+        # 192-wide K tiles take shared memory: 128x128 tiles fit 2 stages (209 KB), 128x64 3
+        # (169 KB); every configuration here builds for sm_90 with no spill
+        # (scripts/prefill_sm90_schedule.py --mla).
         # Swept at the 4k chunk of a 32k prompt against eager (SDPA's own pick: its flash
         # backend cannot take a narrower v), the winner then at every mla shape against eager,
         # SDPA's cuDNN backend and torch.compile.

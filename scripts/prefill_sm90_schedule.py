@@ -11,9 +11,10 @@ and then only the machine code's count holds. Program order does not follow a lo
 a group committed at the bottom of a loop body and still in flight at its top is not counted.
 
 A configuration is the Triton candidate's parameters, or the Gluon candidate's with
-"candidate": "gluon".
+"candidate": "gluon". With --mla, the Triton candidate is built for DeepSeek's expanded prefill
+heads (q and k 128 + 64 rope dims, v 128), the task's mla- shapes.
 
-    uv run python scripts/prefill_sm90_schedule.py [--config JSON ...] [--json OUT]
+    uv run python scripts/prefill_sm90_schedule.py [--config JSON ...] [--mla] [--json OUT]
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ CANDIDATES = {
     "triton": ROOT / "kernels" / "prefill_attention" / "triton_prefill_attention.py",
     "gluon": ROOT / "kernels" / "prefill_attention" / "gluon_prefill_attention.py",
 }
-# Llama-2-7B-like heads, as the task's GPU shapes.
+# Llama-2-7B-like heads, as the task's GPU shapes; DeepSeek's have 128, each 64 rope dims more.
 HEADS, HEAD_DIM = 32, 128
+MLA_HEADS, MLA_ROPE_DIM = 128, 64
 DEFAULT_CONFIGS = [
     {"loads": "pointer", "block_n": 64},
     {},
@@ -70,19 +72,23 @@ def _params(path: Path, module, config: dict) -> dict:
     return defaults | config
 
 
-def _triton_build(p: dict):
+def _triton_build(p: dict, mla: bool = False):
     """The Triton candidate's kernel at parameters `p` (q_len and kv_len multiples of 16, as
-    Triton specialises them at the task's GPU shapes)."""
+    Triton specialises them at the task's GPU shapes), for MLA's heads with `mla`."""
     module = import_file(CANDIDATES["triton"])
     desc = p["loads"] == "descriptor"
+    rope = MLA_ROPE_DIM if mla else 0
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
-    constexprs = {"H": HEADS, "DV": HEAD_DIM, "DR": 0, "BLOCK_M": p["block_m"]}
-    constexprs |= {"BLOCK_N": p["block_n"], "DESC": desc, "qr_desc": None, "kr_desc": None}
-    for name in "qkvo":
-        rows = p["block_m"] if name in "qo" else p["block_n"]
+    constexprs = {"H": MLA_HEADS if mla else HEADS, "DV": HEAD_DIM, "DR": rope}
+    constexprs |= {"BLOCK_M": p["block_m"], "BLOCK_N": p["block_n"], "DESC": desc}
+    tiles = [(name, HEAD_DIM) for name in "qkvo"] + ([("qr", rope), ("kr", rope)] if rope else [])
+    constexprs |= {"qr_desc": None, "kr_desc": None}
+    for name, cols in tiles:
+        rows = p["block_m"] if name[0] in "qo" else p["block_n"]
         if desc:
-            types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{HEAD_DIM}]>"
+            types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{cols}]>"
+            constexprs.pop(f"{name}_desc", None)
         else:
             constexprs[f"{name}_desc"] = None
     return hopper_build(
@@ -113,13 +119,15 @@ def gluon_build(p: dict, head_dim: int = HEAD_DIM):
     )
 
 
-def schedule(config: dict) -> dict:
+def schedule(config: dict, mla: bool = False) -> dict:
     """One configuration's sm_90 build: its resources and its exponentials in flight."""
     config = dict(config)
     kind = config.pop("candidate", "triton")
+    if mla and kind != "triton":
+        raise ValueError("--mla builds the Triton candidate only (Gluon's needs equal head dims)")
     module = import_file(CANDIDATES[kind])
     p = _params(CANDIDATES[kind], module, config)
-    compiled = _triton_build(p) if kind == "triton" else gluon_build(p)
+    compiled = _triton_build(p, mla) if kind == "triton" else gluon_build(p)
     overlapped, total = ex2_in_flight(compiled.asm["ptx"])
     sass = sm90_sass(compiled)
     machine, _ = ex2_in_flight_sass(sass)
@@ -149,9 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--config", action="append", type=json.loads, help="kernel parameters as JSON [5 built in]"
     )
+    parser.add_argument(
+        "--mla", action="store_true", help="MLA's heads: q and k 128 + 64 rope dims, v 128"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    rows = [schedule(c) for c in args.config or DEFAULT_CONFIGS]
+    rows = [schedule(c, args.mla) for c in args.config or DEFAULT_CONFIGS]
     print(
         "loads      block_m block_n warps stages maxreg  regs spilled  shared"
         "  wgmma (groups)  ex2 in flight (PTX, SASS)"

@@ -108,3 +108,16 @@ def test_gluon_pairs_keep_a_product_in_flight_over_half_the_softmaxes(script) ->
     plain = script.schedule({"candidate": "gluon", "block_n": 64})
     assert pairs["ex2_in_flight_sass"] >= pairs["ex2"] // 6
     assert plain["ex2_in_flight_sass"] * 4 < pairs["ex2_in_flight_sass"]
+
+
+def test_mla_heads_build_with_a_second_product_for_the_rope_dims(script) -> None:
+    """q and k 128 + 64 wide, v 128: the scores take one more product a tile (the 64 rope
+    columns), with no spill and within an SM's shared memory at the prefill_mla sweep's tiles;
+    the Gluon candidate, which needs equal head dims, is refused."""
+    pytest.importorskip("triton")
+    config = {"block_n": 64, "num_stages": 3}
+    llama, mla = script.schedule(config), script.schedule(config, mla=True)
+    assert mla["spill_bytes"] == 0 and llama["shared_bytes"] < mla["shared_bytes"] <= 232448
+    assert mla["hgmma"] > llama["hgmma"]
+    with pytest.raises(ValueError, match="Triton candidate only"):
+        script.schedule({"candidate": "gluon"}, mla=True)
