@@ -199,15 +199,16 @@ def bytes_streamed(cfg: BlockConfig, batch: int, context: int, itemsize: int = 2
 @dataclass
 class Ops:
     """The ops a block calls. Layouts are the tasks' (kernels/<task>/task.py), except that
-    `attention_prefill` takes k and v with kv_heads heads (GQA) and may take a v narrower
-    than q and k (MLA prefill)."""
+    `attention_prefill` takes k and v with kv_heads heads (GQA)."""
 
     rmsnorm: Callable  # (x (T, H), w) -> y
     add_rmsnorm: Callable  # (x, residual, w) -> (y, x + residual)
     rope: Callable  # (x (T, heads, d), cos (T, d/2), sin) -> y
     swiglu: Callable  # (x (T, 2F)) -> (T, F)
     attention_decode: Callable  # (q (B, Hq, d), k_cache (B, Hkv, L, d), v_cache) -> (B, Hq, d)
-    attention_prefill: Callable  # (q (B, Hq, T, d), k (B, Hkv, T, d), v (B, Hkv, T, dv))
+    attention_prefill: Callable  # (q (B, Hq, T, d), k (B, Hkv, L, d), v) -> (B, Hq, T, d)
+    # MLA's prefill, expanded: (q (B, H, T, d), k (B, H, L, d), v (B, H, L, dv < d)) -> dv wide
+    mla_attention_prefill: Callable
     mla_decode: Callable  # (q_nope (B, H, C), q_pe (B, H, R), ckv (B, L, C), kpe (B, L, R))
     head_gemv: Callable  # (x (B, H, K), w (H, N, K)) -> (B, H, N): MLA's absorbed projections
     linear: Callable  # (x (M, K), w (N, K)) -> (M, N)
@@ -332,6 +333,7 @@ def eager_ops() -> Ops:
         swiglu=_swiglu,
         attention_decode=_attention_decode,
         attention_prefill=_attention_prefill,
+        mla_attention_prefill=_attention_prefill,
         mla_decode=_mla_decode,
         head_gemv=_head_gemv,
         linear=F.linear,
@@ -379,8 +381,17 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
             "head_dim": q.shape[3],
             "q_len": q.shape[2],
             "kv_len": k.shape[2],
-            # the task's dim for a v narrower than q and k (MLA's), absent where they match
-            **({"v_head_dim": v.shape[3]} if v.shape[3] != q.shape[3] else {}),
+        },
+    ),
+    "mla_attention_prefill": (
+        "mla_prefill_attention",
+        lambda q, k, v: {
+            "batch": q.shape[0],
+            "heads": q.shape[1],
+            "head_dim": q.shape[3],
+            "v_head_dim": v.shape[3],
+            "q_len": q.shape[2],
+            "kv_len": k.shape[2],
         },
     ),
     "mla_decode": (
@@ -522,7 +533,10 @@ def _attention_prefill_shape(q, k, v) -> torch.Tensor:
 
 # The outputs of eager ops that cannot run on the compiler's fake tensors: the causal mask of a
 # chunk's queries onto a longer cache (a tensor subclass) cannot be made of one.
-_SHAPES_ONLY: dict[str, Callable] = {"attention_prefill": _attention_prefill_shape}
+_SHAPES_ONLY: dict[str, Callable] = {
+    "attention_prefill": _attention_prefill_shape,
+    "mla_attention_prefill": _attention_prefill_shape,
+}
 
 
 # Numbers the tuned ops, for the calls dynamo traces (an int is a constant to every torch
@@ -823,7 +837,7 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         k = torch.cat([k_nope, kpe_cache[:, None].expand(b, nh, length, r)], dim=-1)
         v = torch.einsum("blc,hdc->bhld", ckv_cache, w["w_uv"])
         q = torch.cat([q_nope, q_pe], dim=-1).reshape(b, t, nh, dn + r).transpose(1, 2)
-        attn = ops.attention_prefill(q, k, v).transpose(1, 2).reshape(b * t, nh * dv)
+        attn = ops.mla_attention_prefill(q, k, v).transpose(1, 2).reshape(b * t, nh * dv)
         return _mlp(ops, w, attn, flat).reshape(b, t, hidden), ckv, kpe
 
     def prefill(x, cos, sin):

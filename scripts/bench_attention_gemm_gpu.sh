@@ -316,24 +316,23 @@ for stage in $STAGES; do
                 "--peer sdpa-flash --peer sdpa-cudnn" b1-q8192-kv8192 b1-q65536-kv65536
         ;;
     prefill_mla)
-        # DeepSeek's prefill in the expanded form (128 heads; q and k 192 wide, 128 nope + 64
-        # rope, v 128) by the Triton candidate, whose scores are two products (nope, rope).
-        # 192-wide K tiles take shared memory: 128x128 tiles fit 2 stages (209 KB), 128x64 3
-        # (169 KB); every configuration here builds for sm_90 with no spill
-        # (scripts/prefill_sm90_schedule.py --mla).
-        # Swept at the 4k chunk of a 32k prompt against eager (SDPA's own pick: its flash
-        # backend cannot take a narrower v), the winner then at every mla shape against eager,
-        # SDPA's cuDNN backend and torch.compile.
-        sweep prefill_attention triton_prefill_attention.py mla eager mla-b1-q4096-kv32768 \
+        # DeepSeek's prefill in the expanded form (the mla_prefill_attention task: 128 heads, q
+        # and k 192 wide, 128 nope + 64 rope, v 128) by the Triton candidate, whose scores are
+        # two products. 192-wide K tiles take shared memory: 128x128 tiles fit 2 stages
+        # (209 KB), 128x64 3 (169 KB); every configuration here builds for sm_90 with no spill
+        # (scripts/prefill_sm90_schedule.py --mla). Swept at the 4k chunk of a 32k prompt
+        # against eager (SDPA's own pick: its flash backend cannot take a narrower v), the
+        # winner then at every shape against eager, SDPA's cuDNN backend and torch.compile.
+        sweep mla_prefill_attention triton_mla_prefill_attention.py sweep eager b1-q4096-kv32768 \
             '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":3}' \
             '{"block_n":128,"num_stages":2}' '{"block_n":32,"num_stages":3}' \
             '{"block_m":64,"block_n":64,"num_warps":4,"num_stages":3}' \
             '{"block_n":64,"num_stages":2,"loads":"pointer"}'
         [ -z "${NO_SWEEP:-}" ] &&
-            best=$(python3 scripts/sweep_best.py "$DIR/prefill_attention-mla.json" mla-b1-q4096-kv32768) &&
-            bench prefill_attention triton_prefill_attention.py mlabest "$best" \
-                "--peer eager --peer sdpa-cudnn --peer torch.compile" mla-b1-q4096-kv4096 \
-                mla-b1-q4096-kv32768 mla-b1-q8192-kv65536
+            best=$(python3 scripts/sweep_best.py "$DIR/mla_prefill_attention-sweep.json" b1-q4096-kv32768) &&
+            bench mla_prefill_attention triton_mla_prefill_attention.py best "$best" \
+                "--peer eager --peer sdpa-cudnn --peer torch.compile" b1-q4096-kv4096 \
+                b1-q4096-kv32768 b1-q8192-kv65536
         ;;
     fp8_gemm)
         # Peers: eager (dequantise, then bf16 F.linear) and scaled-mm (cuBLASLt fp8).

@@ -11,8 +11,8 @@ and then only the machine code's count holds. Program order does not follow a lo
 a group committed at the bottom of a loop body and still in flight at its top is not counted.
 
 A configuration is the Triton candidate's parameters, or the Gluon candidate's with
-"candidate": "gluon". With --mla, the Triton candidate is built for DeepSeek's expanded prefill
-heads (q and k 128 + 64 rope dims, v 128), the task's mla- shapes.
+"candidate": "gluon". With --mla, the mla_prefill_attention task's Triton candidate is built,
+at DeepSeek's expanded prefill heads (q and k 128 + 64 rope dims, v 128).
 
     uv run python scripts/prefill_sm90_schedule.py [--config JSON ...] [--mla] [--json OUT]
 """
@@ -44,6 +44,7 @@ from tests.source_files import import_file  # noqa: E402
 CANDIDATES = {
     "triton": ROOT / "kernels" / "prefill_attention" / "triton_prefill_attention.py",
     "gluon": ROOT / "kernels" / "prefill_attention" / "gluon_prefill_attention.py",
+    "mla": ROOT / "kernels" / "mla_prefill_attention" / "triton_mla_prefill_attention.py",
 }
 # Llama-2-7B-like heads, as the task's GPU shapes; DeepSeek's have 128, each 64 rope dims more.
 HEADS, HEAD_DIM = 32, 128
@@ -74,21 +75,23 @@ def _params(path: Path, module, config: dict) -> dict:
 
 def _triton_build(p: dict, mla: bool = False):
     """The Triton candidate's kernel at parameters `p` (q_len and kv_len multiples of 16, as
-    Triton specialises them at the task's GPU shapes), for MLA's heads with `mla`."""
-    module = import_file(CANDIDATES["triton"])
+    Triton specialises them at the task's GPU shapes); with `mla`, MLA's at its heads."""
+    module = import_file(CANDIDATES["mla" if mla else "triton"])
     desc = p["loads"] == "descriptor"
-    rope = MLA_ROPE_DIM if mla else 0
     types = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "o_ptr"), "*bf16")
     types |= dict.fromkeys(("q_len", "kv_len", *STRIDES), "i32") | {"scale_log2": "fp32"}
-    constexprs = {"H": MLA_HEADS if mla else HEADS, "DV": HEAD_DIM, "DR": rope}
-    constexprs |= {"BLOCK_M": p["block_m"], "BLOCK_N": p["block_n"], "DESC": desc}
-    tiles = [(name, HEAD_DIM) for name in "qkvo"] + ([("qr", rope), ("kr", rope)] if rope else [])
-    constexprs |= {"qr_desc": None, "kr_desc": None}
+    constexprs = {"H": MLA_HEADS if mla else HEADS, "BLOCK_M": p["block_m"]}
+    constexprs |= {"BLOCK_N": p["block_n"], "DESC": desc}
+    tiles = [(name, HEAD_DIM) for name in "qkvo"]
+    if mla:
+        constexprs |= {"DV": HEAD_DIM, "DR": MLA_ROPE_DIM}
+        tiles += [("qr", MLA_ROPE_DIM), ("kr", MLA_ROPE_DIM)]
+    else:
+        constexprs["D"] = HEAD_DIM
     for name, cols in tiles:
         rows = p["block_m"] if name[0] in "qo" else p["block_n"]
         if desc:
             types[f"{name}_desc"] = f"tensordesc<bf16[1,1,{rows},{cols}]>"
-            constexprs.pop(f"{name}_desc", None)
         else:
             constexprs[f"{name}_desc"] = None
     return hopper_build(
@@ -98,7 +101,7 @@ def _triton_build(p: dict, mla: bool = False):
         p["num_warps"],
         p["num_stages"],
         multiples_of_16=("q_len", "kv_len", *STRIDES),
-        max_registers=p["max_registers"] or None,
+        max_registers=p.get("max_registers") or None,
     )
 
 
@@ -125,8 +128,8 @@ def schedule(config: dict, mla: bool = False) -> dict:
     kind = config.pop("candidate", "triton")
     if mla and kind != "triton":
         raise ValueError("--mla builds the Triton candidate only (Gluon's needs equal head dims)")
-    module = import_file(CANDIDATES[kind])
-    p = _params(CANDIDATES[kind], module, config)
+    path = CANDIDATES["mla" if mla else kind]
+    p = _params(path, import_file(path), config)
     compiled = _triton_build(p, mla) if kind == "triton" else gluon_build(p)
     overlapped, total = ex2_in_flight(compiled.asm["ptx"])
     sass = sm90_sass(compiled)
@@ -148,7 +151,7 @@ def _describe(r: dict) -> str:
         return f"{name:<10} {128:>7} {p['block_n']:>7} {'4+4+1':>5} {p['num_stages']:>6} {'-':>6}"
     return (
         f"{p['loads']:<10} {p['block_m']:>7} {p['block_n']:>7} {p['num_warps']:>5}"
-        f" {p['num_stages']:>6} {p['max_registers']:>6}"
+        f" {p['num_stages']:>6} {p.get('max_registers', 0):>6}"
     )
 
 

@@ -1,15 +1,10 @@
 """Causal prefill attention: every query of a prompt (or of a prompt chunk) over the keys before it.
 
-Inputs `(q, k, v)`: q of shape (batch, heads, q_len, head_dim), k of shape (batch, heads,
-kv_len, head_dim) and v of shape (batch, heads, kv_len, v_head_dim) with q_len <= kv_len. The
-queries are the last q_len positions of the context (chunked prefill: earlier chunks are already
-in the cache), so query i sees keys j <= i + kv_len - q_len (bottom-right aligned causal mask;
-plain causal when q_len == kv_len). Softmax scale 1/sqrt(head_dim); output (batch, heads, q_len,
-v_head_dim) in q's dtype.
-
-A shape has the dim `v_head_dim` only where v is narrower than q and k: DeepSeek's multi-head
-latent attention at prefill, in its expanded form (the `mla-` shapes: 128 heads, q and k 128 +
-64 rope dims, v 128). Elsewhere v_head_dim is head_dim.
+Inputs `(q, k, v)`: q of shape (batch, heads, q_len, head_dim), k and v of shape (batch, heads,
+kv_len, head_dim) with q_len <= kv_len. The queries are the last q_len positions of the context
+(chunked prefill: earlier chunks are already in the cache), so query i sees keys
+j <= i + kv_len - q_len (bottom-right aligned causal mask; plain causal when q_len == kv_len).
+Softmax scale 1/sqrt(head_dim); output (batch, heads, q_len, head_dim) in q's dtype.
 """
 
 from __future__ import annotations
@@ -33,27 +28,17 @@ _GPU = [
     # The last 8k chunk of a 128k prompt (chunked prefill); last, as some peers lack the mask.
     (1, 8192, 131072),
 ]
-# DeepSeek-V3's prefill (expanded MLA): a 4k prompt, and the last chunk of 32k and 64k prompts.
-_GPU_MLA = [(1, 4096, 4096), (1, 4096, 32768), (1, 8192, 65536)]
 _CPU = [(1, 32, 32), (2, 24, 24), (1, 16, 40)]
 
 
-def _shapes(
-    points: list[tuple[int, int, int]],
-    heads: int,
-    head_dim: int,
-    dtype: str,
-    v_head_dim: int | None = None,
-) -> list:
-    narrower_v = {} if v_head_dim is None else {"v_head_dim": v_head_dim}
+def _shapes(points: list[tuple[int, int, int]], heads: int, head_dim: int, dtype: str) -> list:
     return [
         {
-            "name": ("mla-" if narrower_v else "") + f"b{b}-q{q_len}-kv{kv_len}",
+            "name": f"b{b}-q{q_len}-kv{kv_len}",
             "class": "long" if kv_len >= 32768 else "prefill",
             "batch": b,
             "heads": heads,
             "head_dim": head_dim,
-            **narrower_v,
             "q_len": q_len,
             "kv_len": kv_len,
             "dtype": dtype,
@@ -64,14 +49,9 @@ def _shapes(
 
 
 SHAPES = {
-    "cuda": _shapes(_GPU, 32, 128, "bfloat16") + _shapes(_GPU_MLA, 128, 192, "bfloat16", 128),
-    "cpu": _shapes(_CPU, 2, 16, "float32") + _shapes([(1, 16, 40)], 2, 32, "float32", 16),
+    "cuda": _shapes(_GPU, 32, 128, "bfloat16"),
+    "cpu": _shapes(_CPU, 2, 16, "float32"),
 }
-
-
-def _v_head_dim(shape: dict) -> int:
-    return shape.get("v_head_dim", shape["head_dim"])
-
 
 BUCKET_KEY = "kv_len"
 
@@ -89,14 +69,14 @@ def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, ...]
     b, h, d = shape["batch"], shape["heads"], shape["head_dim"]
     sharpness = math.sqrt(max(1.0, math.log(shape["kv_len"] / _FOCUS)))
     out = []
-    for length, width, scale in (
-        (shape["q_len"], d, sharpness),
-        (shape["kv_len"], d, 1.0),
-        (shape["kv_len"], _v_head_dim(shape), 1.0),
+    for length, scale in (
+        (shape["q_len"], sharpness),
+        (shape["kv_len"], 1.0),
+        (shape["kv_len"], 1.0),
     ):
-        t = torch.empty(b, h, length, width, device=device, dtype=dtype)
+        t = torch.empty(b, h, length, d, device=device, dtype=dtype)
         for i in range(b):
-            t[i] = torch.randn(h, length, width, generator=gen, device=device) * scale
+            t[i] = torch.randn(h, length, d, generator=gen, device=device) * scale
         out.append(t)
     return tuple(out)
 
@@ -113,7 +93,7 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     kv_len = k.shape[2]
     offset = kv_len - q_len
     q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
-    out = q64.new_empty(b, h, q_len, v.shape[3])
+    out = torch.empty_like(q64)
     step = _query_chunk(b, h, kv_len)
     for r0 in range(0, q_len, step):
         r1 = min(q_len, r0 + step)
@@ -132,19 +112,18 @@ def _attended(shape: dict) -> int:
     return q_len * offset + q_len * (q_len + 1) // 2
 
 
-def _per_token_bytes(shape: dict, width: int) -> int:
+def _per_token_bytes(shape: dict) -> int:
     itemsize = torch.empty((), dtype=getattr(torch, shape["dtype"])).element_size()
-    return itemsize * shape["batch"] * shape["heads"] * width
+    return itemsize * shape["batch"] * shape["heads"] * shape["head_dim"]
 
 
 def bytes_read(shape: dict) -> int:
     """q, k and v once (the least traffic; the work is compute-bound at these lengths)."""
-    q_k = _per_token_bytes(shape, shape["head_dim"]) * (shape["q_len"] + shape["kv_len"])
-    return q_k + _per_token_bytes(shape, _v_head_dim(shape)) * shape["kv_len"]
+    return _per_token_bytes(shape) * (shape["q_len"] + 2 * shape["kv_len"])
 
 
 def bytes_written(shape: dict) -> int:
-    return _per_token_bytes(shape, _v_head_dim(shape)) * shape["q_len"]
+    return _per_token_bytes(shape) * shape["q_len"]
 
 
 def bytes_moved(shape: dict) -> int:
@@ -152,9 +131,7 @@ def bytes_moved(shape: dict) -> int:
 
 
 def flops(shape: dict) -> int:
-    """Q K^T at head_dim and P V at v_head_dim, a multiply-add each per attended pair."""
-    widths = shape["head_dim"] + _v_head_dim(shape)
-    return 2 * shape["batch"] * shape["heads"] * widths * _attended(shape)
+    return 4 * shape["batch"] * shape["heads"] * shape["head_dim"] * _attended(shape)
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

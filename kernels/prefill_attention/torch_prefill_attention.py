@@ -14,7 +14,7 @@ def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = 256):
     kv_len = k.shape[2]
     offset = kv_len - q_len
     kf, vf = k.float(), v.float()
-    out = torch.empty(*q.shape[:3], v.shape[3], device=q.device, dtype=q.dtype)
+    out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     for r0 in range(0, q_len, chunk):
         r1 = min(q_len, r0 + chunk)
         visible = offset + r1

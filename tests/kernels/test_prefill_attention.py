@@ -52,49 +52,13 @@ def test_inputs_are_seeded_and_outputs_of_order_one(task) -> None:
 
 
 def test_gpu_shapes_span_1k_to_64k_and_a_chunk_of_128k(task) -> None:
-    shapes = [s for s in task.shapes("cuda") if not s.name.startswith("mla-")]
+    shapes = task.shapes("cuda")
     full = {s.dims["q_len"] for s in shapes if s.dims["q_len"] == s.dims["kv_len"]}
     assert min(full) == 1024 and max(full) == 65536
     assert max(s.dims["kv_len"] for s in shapes) >= 131072
     assert {(s.dims["heads"], s.dims["head_dim"], s.dtype) for s in shapes} == {
         (32, 128, "bfloat16")
     }
-    assert all("v_head_dim" not in s.dims for s in shapes)  # old tables' dims still match
-
-
-def test_mla_shapes_have_a_narrower_v_and_count_it(task) -> None:
-    """DeepSeek's expanded prefill: q and k 192 wide (128 + 64 rope), v and the output 128."""
-    mla = [s for s in task.shapes("cuda") if s.name.startswith("mla-")]
-    assert [(s.dims["q_len"], s.dims["kv_len"]) for s in mla] == [
-        (4096, 4096),
-        (4096, 32768),
-        (8192, 65536),
-    ]
-    assert {(s.dims["heads"], s.dims["head_dim"], s.dims["v_head_dim"]) for s in mla} == {
-        (128, 192, 128)
-    }
-    chunk = mla[1]
-    pairs = 4096 * (32768 - 4096) + 4096 * 4097 // 2
-    assert task.flops(chunk) == 2 * 128 * (192 + 128) * pairs
-    q_k, v = 2 * 128 * 192, 2 * 128 * 128
-    assert task.bytes_read_written(chunk) == (q_k * (4096 + 32768) + v * 32768, v * 4096)
-    cpu = next(s for s in task.shapes("cpu") if s.name.startswith("mla-"))
-    q, k, v = task.make_inputs(cpu, 1, "cpu")
-    assert q.shape[-1] == k.shape[-1] == 32 and v.shape[-1] == 16
-    assert task.reference(q.double(), k.double(), v.double()).shape == (1, 2, 16, 16)
-
-
-def test_triton_candidate_refuses_a_head_dim_split_it_cannot_tile(task) -> None:
-    module = candidate_module(task, "triton_prefill_attention.py")
-    q = torch.zeros(1, 2, 16, 32)
-    for v_dim in (24, 8, 48):  # not a power of two; under 16; wider than q
-        v = torch.zeros(1, 2, 16, v_dim)
-        with pytest.raises(ValueError, match=f"narrower v's \\({v_dim}\\)"):
-            module.kernel(q, q, v, loads="pointer")
-    with pytest.raises(ValueError, match=r"rest of q's \(8\) each be a power of two"):
-        module.kernel(torch.zeros(1, 2, 16, 24), torch.zeros(1, 2, 16, 24), q[..., :16])
-    with pytest.raises(ValueError, match=r"head_dim \(32, 16\) must match"):
-        module.kernel(q, q[..., :16], q[..., :16])
 
 
 def test_flops_count_only_the_causal_half(task) -> None:
@@ -118,7 +82,7 @@ def test_gpu_only_peers_are_left_out_on_the_cpu(task) -> None:
     assert "sdpa-cudnn" not in on_cpu and "flash-attn" not in on_cpu
     assert {"eager", "sdpa-flash"} <= set(on_cpu)  # SDPA's flash backend has a CPU kernel
     assert {"eager", "sdpa-flash", "sdpa-cudnn"} <= set(task.default_peers("cuda"))
-    shape = next(s for s in task.shapes("cpu") if s.name == "b1-q16-kv40")
+    shape = task.shapes("cpu")[-1]
     inputs = task.make_inputs(shape, 2, "cpu")
     want = task.reference(*(t.double() for t in inputs))
     got = task.peers["sdpa-flash"](*inputs).double()
@@ -189,7 +153,6 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
         ((q.float(), q.float(), q.float()), "bf16 or fp16"),
         ((q.transpose(2, 3), q, q), "contiguous"),
         ((q, bf16(1, 2, 128, 64), q), "do not match"),
-        ((q, q, bf16(1, 2, 128, 64)), "do not match"),  # a narrower v (MLA's)
         ((bf16(1, 2, 128, 96),) * 3, "head_dim 96"),
         ((bf16(1, 2, 64, 128), q, q), "multiples of 128"),
         ((q, q, q), "sm_90 GPU"),  # here on the CPU
@@ -303,22 +266,4 @@ def test_triton_candidate_matches_the_reference_on_gpu(task, params) -> None:
     ev = evaluate(
         task, [spec], "cuda", shapes=["b8-q1024-kv1024", "b1-q8192-kv8192", "b1-q8192-kv131072"]
     )
-    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"block_n": 64, "num_stages": 2},
-        {"block_n": 64, "num_stages": 2, "loads": "pointer"},
-        {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3},
-    ],
-)
-def test_triton_candidate_matches_the_reference_at_mla_shapes_on_gpu(task, params) -> None:
-    """q and k 192 wide (two products a score), v 128: a whole 4k prompt and a 4k chunk."""
-    from loop.evaluator import CandidateSpec, evaluate
-
-    spec = CandidateSpec(task.folder / "triton_prefill_attention.py", params)
-    ev = evaluate(task, [spec], "cuda", shapes=["mla-b1-q4096-kv4096", "mla-b1-q4096-kv32768"])
     assert ev.verdicts[0].accepted, ev.verdicts[0].reasons

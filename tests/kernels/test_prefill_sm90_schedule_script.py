@@ -111,9 +111,9 @@ def test_gluon_pairs_keep_a_product_in_flight_over_half_the_softmaxes(script) ->
 
 
 def test_mla_heads_build_with_a_second_product_for_the_rope_dims(script) -> None:
-    """q and k 128 + 64 wide, v 128: the scores take one more product a tile (the 64 rope
-    columns), with no spill and within an SM's shared memory at the prefill_mla sweep's tiles;
-    the Gluon candidate, which needs equal head dims, is refused."""
+    """The mla_prefill_attention candidate at q and k 128 + 64 wide, v 128: the scores take one
+    more product a tile (the 64 rope columns) than Llama's, with no spill and within an SM's
+    shared memory at a prefill_mla sweep tile; --mla with the Gluon candidate is refused."""
     pytest.importorskip("triton")
     config = {"block_n": 64, "num_stages": 3}
     llama, mla = script.schedule(config), script.schedule(config, mla=True)

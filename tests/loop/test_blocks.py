@@ -123,20 +123,11 @@ def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(cfg, tmp_p
     """The chunk's attention (5 queries onto 12 keys; Llama's GQA expanded, MLA's key and value
     expanded from the latent, v narrower than q and k) goes to the prefill attention table's
     candidate at those dims, and matches the eager chunk, compiled too."""
-    if cfg.kind == "llama":
-        dims = {"batch": 2, "heads": cfg.heads, "head_dim": cfg.head_dim}
-    else:
-        dims = {"batch": 2, "heads": cfg.heads, "head_dim": cfg.qk_nope_dim + cfg.rope_dim}
-        dims["v_head_dim"] = cfg.v_head_dim
+    task, dims = _prefill_attention_dims(cfg, 2)
     dims.update({"q_len": 5, "kv_len": 12, "dtype": "float32"})
-    entry = {
-        "shape": "s0",
-        "dims": dims,
-        "source": "candidate",
-        "name": "torch_prefill_attention.py",
-    }
+    entry = {"shape": "s0", "dims": dims, "source": "candidate", "name": f"torch_{task}.py"}
     entry.update({"params": {"chunk": 4}, "commit": "", "speedup": None})
-    _write_tables(tmp_path, {"prefill_attention": [entry]})
+    _write_tables(tmp_path, {task: [entry]})
     weights = make_weights(cfg, "cpu", seed=0)
     ops = tuned_ops(tmp_path, "cpu")
     tuned = decoder_block(cfg, weights, ops)
@@ -148,7 +139,8 @@ def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(cfg, tmp_p
         for got, w in zip(block.chunk(*inputs), want, strict=True):
             assert _rel(got, w) < 1e-5
     assert len(graphs) == 1
-    assert any("torch_prefill_attention.py" in n for n in ops.notes), ops.notes
+    assert any(f"torch_{task}.py" in n for n in ops.notes), ops.notes
+    assert not any("refused" in n or "eager" in n for n in ops.notes), ops.notes
 
 
 # Every op's task, with dims of the tiny configs and params of the shipped torch candidate: the
@@ -157,6 +149,15 @@ def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(cfg, tmp_p
 # as add_rmsnorm); with `epilogues`, SwiGLU (and Llama's rope) folded into the projections
 # before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope), MLA's rope and latent norm
 # after them (mla_rope_norm) and its attention with the value projection (mla_decode_value).
+def _prefill_attention_dims(cfg, batch: int) -> tuple[str, dict]:
+    """The prefill attention's task and dims but the lengths: MLA's expanded form has q and k
+    of nope + rope dims and a narrower v."""
+    if cfg.kind == "llama":
+        return "prefill_attention", {"batch": batch, "heads": cfg.heads, "head_dim": cfg.head_dim}
+    dims = {"batch": batch, "heads": cfg.heads, "head_dim": cfg.qk_nope_dim + cfg.rope_dim}
+    return "mla_prefill_attention", {**dims, "v_head_dim": cfg.v_head_dim}
+
+
 def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dict[str, list[dict]]:
     b, n = SIZES[mode]
     rows = b if mode == "decode" else b * n
@@ -218,13 +219,9 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
         out["gqa_decode"] = [(dims, {"chunk": 8})]
     if mode == "prefill":
-        if cfg.kind == "llama":
-            dims = {"batch": b, "heads": cfg.heads, "head_dim": cfg.head_dim}
-        else:  # the expanded form: q and k of nope + rope dims, v narrower
-            dims = {"batch": b, "heads": cfg.heads, "head_dim": cfg.qk_nope_dim + cfg.rope_dim}
-            dims["v_head_dim"] = cfg.v_head_dim
+        task, dims = _prefill_attention_dims(cfg, b)
         dims.update({"q_len": n, "kv_len": n, **dt})
-        out["prefill_attention"] = [(dims, {"chunk": 4})]
+        out[task] = [(dims, {"chunk": 4})]
     if cfg.kind == "mla" and mode == "decode":
         dims = {"batch": b, "heads": cfg.heads, "kv_lora_rank": cfg.kv_lora_rank}
         dims.update({"rope_dim": cfg.rope_dim, "kv_len": n, **dt})
@@ -268,6 +265,7 @@ _BUCKETS = {
     "mla_decode_value": "kv_len",
     "gqa_decode": "kv_len",
     "prefill_attention": "kv_len",
+    "mla_prefill_attention": "kv_len",
     "mla_decode": "kv_len",
     "head_gemv": "batch",
 }
