@@ -18,8 +18,9 @@ target is 90 % of copy bandwidth.
 
 A size is mode:batch:length, or chunk:batch:length:tokens for the last `tokens` of a
 `length`-token prompt prefilled onto the cache of the tokens before them, e.g. --kinds llama
---sizes chunk:1:131072:8192, the prefill_attention task's chunked shape (DeepSeek's block
-attends in the expanded form, every head's key and value made from the latent cache).
+--sizes chunk:1:131072:8192, the prefill_attention task's chunked shape, or --kinds mla --sizes
+chunk:1:32768:4096, one of the mla_prefill_attention task's (DeepSeek's block attends in the
+expanded form, every head's key and value made from the latent cache).
 
 With --layers N, each graph runs N blocks in sequence, each with its own weights and caches, as
 a model's decode step does: the graph's launch and its events (about 4 us, the timer's floor)
