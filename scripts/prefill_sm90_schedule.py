@@ -56,6 +56,14 @@ DEFAULT_CONFIGS = [
     {"candidate": "gluon"},
     {"candidate": "gluon", "block_n": 64, "num_stages": 4, "pairs": True},
 ]
+# With --mla: the Triton candidate's defaults and the other tiles of the prefill_mla sweep.
+MLA_DEFAULT_CONFIGS = [
+    {},
+    {"block_n": 128, "num_stages": 2},
+    {"block_n": 32, "num_stages": 3},
+    {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3},
+    {"loads": "pointer", "block_n": 64, "num_stages": 2},
+]
 STRIDES = [f"stride_{t}{d}" for t in "qkvo" for d in ("b", "h", "m" if t in "qo" else "n")]
 
 
@@ -158,14 +166,18 @@ def _describe(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--config", action="append", type=json.loads, help="kernel parameters as JSON [5 built in]"
+        "--config",
+        action="append",
+        type=json.loads,
+        help="kernel parameters as JSON [5 built in for each kind of head]",
     )
     parser.add_argument(
         "--mla", action="store_true", help="MLA's heads: q and k 128 + 64 rope dims, v 128"
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    rows = [schedule(c, args.mla) for c in args.config or DEFAULT_CONFIGS]
+    defaults = MLA_DEFAULT_CONFIGS if args.mla else DEFAULT_CONFIGS
+    rows = [schedule(c, args.mla) for c in args.config or defaults]
     print(
         "loads      block_m block_n warps stages maxreg  regs spilled  shared"
         "  wgmma (groups)  ex2 in flight (PTX, SASS)"

@@ -9,7 +9,7 @@ one over v's width (DV) and one over the rest (DR), each a power of two wide; th
 and the output are DV wide. `loads="descriptor"` (the default) moves the tiles through
 host-built tensor descriptors (TMA on sm_90), two over q and two over k (each part its own tile
 width); `loads="pointer"` also takes layouts TMA cannot address. 192-wide K tiles take shared
-memory: 128x128 tiles fit 2 stages (209 KB on sm_90), 128x64 tiles 3 (169 KB)
+memory: 128x128 tiles fit 2 stages (209 KiB on sm_90), 128x64 tiles 3 (169 KiB)
 (scripts/prefill_sm90_schedule.py --mla)."""
 
 import math
@@ -152,12 +152,13 @@ def kernel(
     k: torch.Tensor,
     v: torch.Tensor,
     block_m: int = 128,
-    block_n: int = 128,
+    block_n: int = 64,
     num_warps: int = 8,
     num_stages: int = 3,
     loads: str = "descriptor",
 ) -> torch.Tensor:
-    """Causal attention of q over k and v (bottom-right aligned), v narrower, in q's dtype."""
+    """Causal attention of q over k and v (bottom-right aligned), v narrower, in q's dtype.
+    The defaults fit sm_90's shared memory at 192-wide q and k (169 KiB)."""
     b, h, q_len, d = q.shape
     kv_len, dv = k.shape[2], v.shape[3]
     dr = d - dv

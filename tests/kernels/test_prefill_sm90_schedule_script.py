@@ -3,6 +3,7 @@ overlaps their products, in Triton's PTX and in ptxas's machine code, without a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,16 @@ def test_mla_heads_build_with_a_second_product_for_the_rope_dims(script) -> None
     assert mla["hgmma"] > llama["hgmma"]
     with pytest.raises(ValueError, match="Triton candidate only"):
         script.schedule({"candidate": "gluon"}, mla=True)
+
+
+def test_mla_defaults_build_within_shared_memory(script, monkeypatch, tmp_path) -> None:
+    """--mla with no --config builds its own list (not Llama's, whose parameters the MLA
+    candidate lacks); its first row, the candidate's keyword defaults that `autotune run` starts
+    from, fits an SM's shared memory with no spill."""
+    pytest.importorskip("triton")
+    assert script.MLA_DEFAULT_CONFIGS[0] == {}
+    monkeypatch.setattr(script, "MLA_DEFAULT_CONFIGS", script.MLA_DEFAULT_CONFIGS[:1])
+    out = tmp_path / "rows.json"
+    assert script.main(["--mla", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["spill_bytes"] == 0 and row["shared_bytes"] <= 232448
