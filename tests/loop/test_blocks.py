@@ -748,3 +748,24 @@ def test_compiling_a_tuned_block_consults_no_table_at_dims_it_never_runs(tmp_pat
     assert ops.notes == notes
     for got, want in zip(compiled, direct, strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("mode", ["prefill", "chunk"])
+def test_mla_attention_gets_rows_sdpa_can_stream(mode) -> None:
+    """The MLA block hands its expanded attention q, k and v whose last dim is contiguous: with
+    any other stride SDPA's memory-efficient backend refuses them and its math backend
+    materialises the scores (32 GiB at a 4k chunk of a 32k prompt)."""
+    import dataclasses
+
+    seen: list[tuple[int, ...]] = []
+    eager = eager_ops()
+
+    def recording(q, k, v):
+        seen.append((q.stride(-1), k.stride(-1), v.stride(-1)))
+        return eager.mla_attention_prefill(q, k, v)
+
+    ops = dataclasses.replace(eager, mla_attention_prefill=recording)
+    block = decoder_block(MLA, make_weights(MLA, "cpu", seed=0), ops)
+    tokens = 5 if mode == "chunk" else None
+    getattr(block, mode)(*make_inputs(MLA, mode, 2, 12, device="cpu", seed=1, tokens=tokens))
+    assert seen == [(1, 1, 1)]
