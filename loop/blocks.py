@@ -835,9 +835,9 @@ def _mla_block(cfg: MlaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Block:
         length = ckv_cache.shape[1]
         k_nope = torch.einsum("blc,hcd->bhld", ckv_cache, w["w_uk"])
         k = torch.cat([k_nope, kpe_cache[:, None].expand(b, nh, length, r)], dim=-1)
-        # As model code does (one linear, then heads): v's last dim stays contiguous, which
-        # SDPA's memory-efficient backend needs (an einsum's view here sent it to the math
-        # backend, its scores materialised: 34 GB at a 4k chunk of 32k).
+        # As model code does (one linear, then heads): v's last dim is contiguous by
+        # construction, which SDPA's memory-efficient backend needs (its math backend would
+        # materialise the scores: 32 GiB at a 4k chunk of 32k).
         v = F.linear(ckv_cache, w["w_uv"].reshape(nh * dv, c)).view(b, length, nh, dv)
         v = v.transpose(1, 2)
         q = torch.cat([q_nope, q_pe], dim=-1).reshape(b, t, nh, dn + r).transpose(1, 2)

@@ -56,7 +56,7 @@ DEFAULT_CONFIGS = [
     {"candidate": "gluon"},
     {"candidate": "gluon", "block_n": 64, "num_stages": 4, "pairs": True},
 ]
-# With --mla: the Triton candidate's defaults and the other tiles of the prefill_mla sweep.
+# With --mla: the Triton candidate's defaults and four more tiles of the prefill_mla sweep.
 MLA_DEFAULT_CONFIGS = [
     {},
     {"block_n": 128, "num_stages": 2},

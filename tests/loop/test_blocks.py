@@ -4,6 +4,7 @@ agreement, and the streamed-bytes arithmetic."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -755,8 +756,6 @@ def test_mla_attention_gets_rows_sdpa_can_stream(mode) -> None:
     """The MLA block hands its expanded attention q, k and v whose last dim is contiguous: with
     any other stride SDPA's memory-efficient backend refuses them and its math backend
     materialises the scores (32 GiB at a 4k chunk of a 32k prompt)."""
-    import dataclasses
-
     seen: list[tuple[int, ...]] = []
     eager = eager_ops()
 
