@@ -20,6 +20,9 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LANGUAGE = "triton"
+# A decoder block passes q and v as head-transposed views of its projections (no copy): the
+# descriptors and pointers take any strides with a contiguous head_dim.
+STRIDED_INPUTS = True
 PARAMS = {
     "block_m": [16, 32, 64, 128],
     "block_n": [16, 32, 64, 128],
@@ -40,7 +43,7 @@ def _load_rows(ptr, desc, b, h, stride_n, r0, length, BLOCK: tl.constexpr, D: tl
         # Rows past the tensor's length (the descriptor's shape) come back as zeros.
         return desc.load([b, h, r0, COL]).reshape(BLOCK, D)
     else:
-        rn = r0 + tl.arange(0, BLOCK)
+        rn = (r0 + tl.arange(0, BLOCK)).to(tl.int64)  # a long cache's row offsets pass 2**31
         rd = COL + tl.arange(0, D)
         if MASK:
             ok = rn < length
@@ -119,7 +122,11 @@ def _attn_fwd(
     else:
         o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
         rd = tl.arange(0, DV)
-        tl.store(o_base + rm[:, None] * stride_om + rd[None, :], out, mask=(rm < q_len)[:, None])
+        tl.store(
+            o_base + rm.to(tl.int64)[:, None] * stride_om + rd[None, :],
+            out,
+            mask=(rm < q_len)[:, None],
+        )
 
 
 def _descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
