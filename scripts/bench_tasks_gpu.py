@@ -39,6 +39,8 @@ class Plan:
     configs: list[dict] = field(default_factory=list)
     tag: str = ""  # tells apart two plans of one candidate in the output file names
     peers: list[str] = field(default_factory=list)  # the bench's peers when --peer gives none
+    # Other files' configurations timed in the same sweep, as its yardsticks (never its best)
+    rivals: list[tuple[str, dict]] = field(default_factory=list)
 
     def stem(self, step: str) -> str:
         return "-".join(x for x in (step, self.task, Path(self.candidate).stem, self.tag) if x)
@@ -482,6 +484,66 @@ PLANS = [
         tag="down16mla",
         peers=FUSED_PEERS,
     ),
+    # The Gluon kernel (W through a deeper TMA ring from a loader warp of its own) at the b16
+    # blocks' four projections onto the residual stream, against the block tables' Triton
+    # configuration in the same sweep: rings of 100 KiB (two programs an SM) or 200 KiB (one).
+    *(
+        Plan(
+            "linear_residual",
+            "gluon_gemm_residual.py",
+            [shape],
+            [
+                {
+                    "split_k": split,
+                    "block_k": block_k,
+                    "num_stages": stages,
+                    "late_dependents": late,
+                }
+                for split in splits
+                for block_k, stages in ((128, 5), (128, 10), (64, 10), (64, 20))
+            ],
+            tag=tag,
+            peers=FUSED_PEERS,
+            rivals=[("triton_gemm_residual.py", table)],
+        )
+        for tag, shape, splits, late, table in [
+            (
+                "o16gluon",
+                "m16-n4096-k4096",
+                [1, 2, 4],
+                True,
+                {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
+            ),
+            (
+                "down16gluon",
+                "m16-n4096-k14336",
+                [2, 4],
+                True,
+                {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
+            ),
+            (
+                "o16mlagluon",
+                "m16-n7168-k16384",
+                [1, 2],
+                False,
+                {"block_n": 32, "block_k": 128, "split_k": 2, "num_warps": 2, "num_stages": 3},
+            ),
+            (
+                "down16mlagluon",
+                "m16-n7168-k18432",
+                [1, 2],
+                True,
+                {
+                    "block_n": 32,
+                    "block_k": 128,
+                    "split_k": 4,
+                    "num_warps": 2,
+                    "num_stages": 3,
+                    "late_dependents": True,
+                },
+            ),
+        ]
+    ),
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran
@@ -823,16 +885,22 @@ def sweep(plan: Plan, out_dir: Path) -> dict:
         CandidateSpec(task.folder / plan.candidate, params, f"c{i}")
         for i, params in enumerate(plan.configs)
     ]
+    specs += [
+        CandidateSpec(task.folder / name, params, f"r{i}")
+        for i, (name, params) in enumerate(plan.rivals)
+    ]
     started = time.monotonic()
     ev = evaluate(task, specs, "cuda", time_it=True, shapes=[shape_name], rule=QUICK_RULE)
     nbytes = task.bytes_moved(shape)
     copy_bw = (ev.ceilings or {}).get("copy_bytes_per_s")
     rows = []
-    for v in ev.verdicts:
+    for spec, v in zip(specs, ev.verdicts, strict=True):
         result = v.shapes.get(shape_name)
         median = result.median_s if result else None
         rows.append(
             {
+                "candidate": spec.path.name,
+                "rival": spec.label.startswith("r"),
                 "params": v.params,
                 "accepted": v.accepted,
                 "reasons": [r.to_dict() for r in v.reasons],
@@ -841,7 +909,7 @@ def sweep(plan: Plan, out_dir: Path) -> dict:
                 "fraction_of_copy": nbytes / median / copy_bw if median and copy_bw else None,
             }
         )
-    timed = [r for r in rows if r["accepted"] and r["median_s"]]
+    timed = [r for r in rows if r["accepted"] and r["median_s"] and not r["rival"]]
     best = min(timed, key=lambda r: r["median_s"], default=None)
     data = {
         "task": plan.task,
@@ -864,6 +932,10 @@ def sweep(plan: Plan, out_dir: Path) -> dict:
         )
     else:
         print(f"{stem}: no configuration accepted: {rows[0]['reasons']}", flush=True)
+    for row in rows:
+        if row["rival"]:
+            us = f"{row['median_s'] * 1e6:.1f} us" if row["median_s"] else "not timed"
+            print(f"  rival {row['candidate']} {row['params']}: {us}", flush=True)
     return best["params"] if best else {}
 
 

@@ -109,6 +109,7 @@ CANDIDATES = {
         "triton_gemv_residual.py",
         "triton_gemv_stream.py",
         "triton_gemm_residual.py",
+        "gluon_gemm_residual.py",
         "torch_linear_residual.py",
     ],
     "cpu": ["torch_linear_residual.py"],

@@ -58,6 +58,8 @@ def test_every_python_plan_names_shapes_and_parameters_its_task_has() -> None:
     for plan in module.PLANS:
         extra = module.E2E_SHAPES.get(plan.task, [])
         problems += _problems(plan.task, plan.candidate, [*plan.shapes, *extra], plan.configs)
+        for rival, params in plan.rivals:
+            problems += _problems(plan.task, rival, [], [params])
     assert problems == []
 
 

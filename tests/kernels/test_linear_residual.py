@@ -19,8 +19,12 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    hopper_build,
     hopper_ptx,
     kept_counts_after_interpreted_calls,
+    run_in_child,
+    setmaxnreg_budgets,
+    sm90_resources,
 )
 
 # Drops the residual.
@@ -322,3 +326,171 @@ def test_the_tensor_core_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero
         want = task.reference(x.double(), w.double(), r.double())
         torch.testing.assert_close(y.double(), want, atol=2e-2, rtol=2e-2)
     assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
+
+
+GLUON = "gluon_gemm_residual.py"
+
+
+def test_the_gluon_candidate_runs_on_the_gpu_only(task) -> None:
+    assert GLUON in task.candidates["cuda"]
+    assert GLUON not in task.candidates["cpu"]
+
+
+def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """bf16 or fp16 only, K a multiple of 8 (TMA's strides), a ring that fits shared memory, on
+    an sm_90 GPU: anything else is refused before any launch, pointing to the Triton kernel."""
+    kernel = candidate_module(task, GLUON).kernel
+
+    def inputs(m: int, n: int, k: int, dtype=torch.bfloat16):
+        return (
+            torch.zeros(m, k, dtype=dtype),
+            torch.zeros(n, k, dtype=dtype),
+            torch.zeros(m, n, dtype=dtype),
+        )
+
+    cases = [
+        (inputs(2, 64, 128, torch.float32), {}, "bf16 or fp16"),
+        (inputs(2, 64, 100), {}, "k 100: a multiple of 8"),
+        (inputs(2, 64, 128), {"block_k": 32}, "block_k 32"),
+        (inputs(2, 64, 128), {"num_stages": 1}, "num_stages 1"),
+        (inputs(2, 64, 128), {"block_k": 256, "num_stages": 6}, "needs 246"),
+        (inputs(2, 64, 128), {}, "needs an sm_90 GPU"),  # here on the CPU
+    ]
+    for args, params, why in cases:
+        with pytest.raises(ValueError, match=why) as raised:
+            kernel(*args, **params)
+        assert "use triton_gemm_residual.py" in str(raised.value)
+    with pytest.raises(ValueError, match=r"w must be \(n, 128\)"):
+        kernel(torch.zeros(2, 128), torch.zeros(64, 96), torch.zeros(2, 64))
+
+
+def test_the_gluon_slices_cover_k_in_whole_steps_with_none_empty(task) -> None:
+    slice_steps = candidate_module(task, GLUON).slice_steps
+    assert slice_steps(4096, 128, 2) == (16, 2)
+    assert slice_steps(4096, 128, 3) == (11, 3)  # 11 + 11 + 10 steps
+    assert slice_steps(14336, 128, 8) == (14, 8)
+    assert slice_steps(200, 128, 4) == (1, 2)  # two steps: two slices, not four
+    assert slice_steps(8, 256, 1) == (1, 1)
+    for k, block_k, split in ((4104, 64, 3), (18432, 256, 4), (100, 64, 8)):
+        per, slices = slice_steps(k, block_k, split)
+        steps = -(-k // block_k)
+        assert (slices - 1) * per < steps <= slices * per and slices <= split
+
+
+@pytest.mark.parametrize(
+    "block_k, stages, splits, late", [(128, 8, 2, False), (64, 12, 1, True), (256, 4, 4, False)]
+)
+def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
+    task, block_k, stages, splits, late
+) -> None:
+    """Built for sm_90 at 4096 x 4096: no spill, the ring within shared memory, the loader warp
+    on its own register budget, W and x by TMA into the ring and multiplied by wgmma 16 wide,
+    and each partition waiting for the kernel before it (griddepcontrol.wait)."""
+    from triton.runtime.jit import mangle_type
+
+    module = candidate_module(task, GLUON)
+    types = {
+        "w_desc": mangle_type(
+            module._descriptor(torch.zeros(4096, 4096, dtype=torch.bfloat16), 64)
+        ),
+        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
+    }
+    types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
+    types |= {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
+    constexprs = {"BLOCK_K": block_k, "STAGES": stages, "SPLITS": splits, "LATE_DEPENDENTS": late}
+    compiled = hopper_build(module._gemm_residual, types, constexprs, num_warps=4)
+    used = sm90_resources(compiled)
+    assert used["spill_bytes"] == 0
+    assert 0 < used["shared_bytes"] <= module.shared_bytes(block_k, stages) <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    assert 24 in setmaxnreg_budgets(ptx)
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
+    assert ptx.count("griddepcontrol.wait") >= 2
+    assert ptx.count("griddepcontrol.launch_dependents") >= 1
+    assert ("atom" in ptx) == (splits > 1)
+
+
+@pytest.mark.gpu
+def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            (GLUON, {}),
+            (GLUON, {"split_k": 1, "block_k": 64, "num_stages": 12}),
+            (GLUON, {"split_k": 3, "block_k": 256, "num_stages": 4, "late_dependents": True}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+# What the task's GPU shapes leave out: rows past 16 (a second row of programs) and short of
+# it, N and K short of a tile, fp16, a short last slice; each row's own residual; the counts
+# back at zero after every call and after graph replays. In a child process with a time limit:
+# a hang fails the test.
+GLUON_PATHS = """
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("linear_residual")
+module = candidate_module(task, "gluon_gemm_residual.py")
+gen = torch.Generator(device="cuda").manual_seed(2)
+cases = [
+    (3, 1000, 4104, torch.bfloat16, {}),
+    (4, 64, 8, torch.bfloat16, {"split_k": 1}),
+    (17, 300, 4096, torch.float16, {"split_k": 3, "num_stages": 4}),
+    (33, 130, 200, torch.bfloat16, {"split_k": 4, "block_k": 64}),
+    (16, 4096, 14336, torch.bfloat16, {"split_k": 8, "block_k": 256, "num_stages": 4}),
+    (1, 7168, 18432, torch.bfloat16, {"late_dependents": True}),
+]
+for m, n, k, dtype, params in cases:
+    x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
+    w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).to(dtype)
+    r = torch.arange(m * n, device="cuda").reshape(m, n).float().div_(m * n).to(dtype)
+    got = module.kernel(x, w, r, **params).double()
+    want = task.reference(x.double(), w.double(), r.double())
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k} {params}")
+    assert all(int(c.abs().sum()) == 0 for c in module._COUNTS.get(x.device, [])), params
+    print(m, n, k, dtype, params, "ok", flush=True)
+x = torch.randn(16, 4096, generator=gen, device="cuda").bfloat16()
+w = torch.randn(4096, 4096, generator=gen, device="cuda").mul_(4096**-0.5).bfloat16()
+r = torch.randn(16, 4096, generator=gen, device="cuda").bfloat16()
+assert module.kernel(x[:0], w, r[:0]).shape == (0, 4096)
+torch.testing.assert_close(module.kernel(x[:, :0], w[:, :0], r), r)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    y = module.kernel(x, w, r, split_k=4)
+for seed in range(3):
+    x.copy_(torch.randn(16, 4096, generator=gen, device="cuda"))
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = task.reference(x.double(), w.double(), r.double())
+    torch.testing.assert_close(y.double(), want, atol=2e-2, rtol=2e-2)
+assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
+print("graph ok", flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_the_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
+    run_in_child(GLUON_PATHS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("late", [False, True])
+def test_the_gluon_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
+    """At 16 rows, launched with programmatic dependent launch right after kernels that write x
+    and r late, it reads the new ones (its first W tiles stream early)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k4096")
+    x, w, r = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), w.double(), r.double())
+
+    def run(x, r):
+        return module.kernel(x, w, r, late_dependents=late)
+
+    assert_waits_for_late_inputs(run, (x, r), want)
