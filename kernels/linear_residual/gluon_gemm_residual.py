@@ -101,10 +101,11 @@ def _loader(w_desc, x_desc, w_smem, x_smem, ready, free, n0, m0, k0, n_steps,
 
 
 @gluon.jit
-def _products(w_smem, x_smem, ready, free, n_steps, CHUNKS: gl.constexpr, STAGES: gl.constexpr,
+def _products(w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0,
+              m0, tile, split, CHUNKS: gl.constexpr, STAGES: gl.constexpr, SPLITS: gl.constexpr,
               LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
     """One warpgroup: acc (64 W rows x 16 x rows) += W_tile x_tile^T over the slice's steps,
-    each buffer given back once its products are done."""
+    each buffer given back once its products are done; then the epilogue."""
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
@@ -123,7 +124,37 @@ def _products(w_smem, x_smem, ready, free, n_steps, CHUNKS: gl.constexpr, STAGES
         mbarrier.arrive(free.index(stage))
     if LATE_DEPENDENTS:
         _gdc_launch_dependents()
-    return acc
+    _epilogue(acc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split, SPLITS)
+
+
+@gluon.jit
+def _epilogue(acc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split,
+              SPLITS: gl.constexpr):  # fmt: skip
+    """acc[i, j] is y[m0 + j, n0 + i] before r: with one slice, add r and write y; with more,
+    store the partial tile, and the last of the tile's programs to count adds them all."""
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
+    acc = gl.convert_layout(acc, out_layout)
+    i = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, out_layout))
+    j = gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, out_layout))
+    rn, rm = n0 + i, m0 + j
+    out_ok = gl.expand_dims(rn < N, 1) & gl.expand_dims(rm < M, 0)
+    out = gl.expand_dims(rm.to(gl.int64) * N, 0) + gl.expand_dims(rn, 1)
+    done = SPLITS == 1
+    if SPLITS > 1:
+        cell = gl.expand_dims(i * BLOCK_X, 1) + gl.expand_dims(j, 0)
+        tile_parts = part_ptr + tile.to(gl.int64) * (SPLITS * BLOCK_W * BLOCK_X) + cell
+        gl.store(tile_parts + split * (BLOCK_W * BLOCK_X), acc)
+        cta_barrier()
+        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        done = arrived == SPLITS - 1
+        if done:
+            gl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
+            acc = gl.load(tile_parts)
+            for s in gl.static_range(1, SPLITS):
+                acc += gl.load(tile_parts + s * (BLOCK_W * BLOCK_X))
+    if done:
+        acc += gl.load(r_ptr + out, mask=out_ok, other=0.0).to(gl.float32)
+        gl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
 
 
 @gluon.jit
@@ -133,6 +164,7 @@ def _gemm_residual(w_desc, x_desc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, s
     pid_n, pid_s, pid_m = gl.program_id(0), gl.program_id(1), gl.program_id(2)
     n0 = pid_n * BLOCK_W
     m0 = pid_m * BLOCK_X
+    tile = pid_m * gl.num_programs(0) + pid_n
     CHUNKS: gl.constexpr = BLOCK_K // 64
     first = pid_s * steps_per_split
     n_steps = gl.minimum(steps_per_split, gl.cdiv(K, BLOCK_K) - first)
@@ -149,43 +181,16 @@ def _gemm_residual(w_desc, x_desc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, s
         mbarrier.init(free.index(i), count=1)
     fence_async_shared()
     cta_barrier()
-    acc = gl.warp_specialize(
+    gl.warp_specialize(
         [
-            (_products, (w_smem, x_smem, ready, free, n_steps, CHUNKS, STAGES, LATE_DEPENDENTS)),
+            (_products, (w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, count_ptr,
+                         M, N, n0, m0, tile, pid_s, CHUNKS, STAGES, SPLITS, LATE_DEPENDENTS)),
             (_loader, (w_desc, x_desc, w_smem, x_smem, ready, free, n0, m0, k0, n_steps, CHUNKS,
                        STAGES)),
         ],
         [1],
         [24],
     )  # fmt: skip
-
-    # The epilogue, all warps: acc[i, j] is y[m0 + j, n0 + i].
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
-    acc = gl.convert_layout(acc, out_layout)
-    rn = n0 + gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, out_layout))
-    rm = m0 + gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, out_layout))
-    out_ok = gl.expand_dims(rn < N, 1) & gl.expand_dims(rm < M, 0)
-    out = gl.expand_dims(rm.to(gl.int64) * N, 0) + gl.expand_dims(rn, 1)
-    done = SPLITS == 1
-    if SPLITS > 1:
-        tile = pid_m * gl.num_programs(0) + pid_n
-        cell = gl.expand_dims(gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, out_layout)), 1)
-        cell = cell * BLOCK_X + gl.expand_dims(
-            gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, out_layout)), 0
-        )
-        tile_parts = part_ptr + tile.to(gl.int64) * (SPLITS * BLOCK_W * BLOCK_X) + cell
-        gl.store(tile_parts + pid_s * (BLOCK_W * BLOCK_X), acc)
-        cta_barrier()
-        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        done = arrived == SPLITS - 1
-        if done:
-            gl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
-            acc = gl.load(tile_parts)
-            for s in gl.static_range(1, SPLITS):
-                acc += gl.load(tile_parts + s * (BLOCK_W * BLOCK_X))
-    if done:
-        acc += gl.load(r_ptr + out, mask=out_ok, other=0.0).to(gl.float32)
-        gl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
 
 
 # The arrival counts, per device: zero between calls (the last program of a tile resets its
