@@ -212,8 +212,9 @@ def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
 
 
 def shared_bytes(block_k: int, stages: int) -> int:
-    """Shared memory of a program: the ring of W and x tiles, its barriers, with room."""
-    return stages * block_k * (ROWS_W + ROWS_X) * 2 + 16 * stages + 1024
+    """Shared memory of a program: the ring of W and x tiles, its barriers, the epilogue's
+    float32 tile (its change of layout), with room."""
+    return stages * block_k * (ROWS_W + ROWS_X) * 2 + 16 * stages + TILE * 4 + 1024
 
 
 def slice_steps(k: int, block_k: int, split_k: int) -> tuple[int, int]:
