@@ -156,6 +156,82 @@ GEMVS = {
     "linear_residual": ("cupy_gemv_residual.py", "triton_gemv_residual.py"),
 }
 
+# The Gluon kernel (W through a deeper TMA ring from a loader warp of its own) at the b16
+# blocks' four projections onto the residual stream, against the block tables' Triton
+# configuration in the same sweep: rings of 100 KiB (two programs an SM) or 200 KiB (one).
+GLUON_RESIDUAL_PLANS = [
+    Plan(
+        "linear_residual",
+        "gluon_gemm_residual.py",
+        [shape],
+        [
+            {
+                "split_k": split,
+                "block_k": block_k,
+                "num_stages": stages,
+                "late_dependents": late,
+            }
+            for split in splits
+            for block_k, stages in ((128, 5), (128, 10), (64, 10), (64, 20))
+        ],
+        tag=tag,
+        peers=FUSED_PEERS,
+        rivals=[("triton_gemm_residual.py", table)],
+    )
+    for tag, shape, splits, late, table in [
+        (
+            "o16gluon",
+            "m16-n4096-k4096",
+            [1, 2, 4],
+            True,
+            {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
+        ),
+        (
+            "down16gluon",
+            "m16-n4096-k14336",
+            [2, 4],
+            True,
+            {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
+        ),
+        (
+            "o16mlagluon",
+            "m16-n7168-k16384",
+            [1, 2],
+            False,
+            {"block_n": 32, "block_k": 128, "split_k": 2, "num_warps": 2, "num_stages": 3},
+        ),
+        (
+            "down16mlagluon",
+            "m16-n7168-k18432",
+            [1, 2],
+            True,
+            {
+                "block_n": 32,
+                "block_k": 128,
+                "split_k": 4,
+                "num_warps": 2,
+                "num_stages": 3,
+                "late_dependents": True,
+            },
+        ),
+    ]
+]
+# The same four with shallower rings and wider steps (session 35's H100 sweeps: 5 stages of 128
+# columns beat 10, and fewer slices beat more), against the same yardsticks.
+GLUON_RESIDUAL_PLANS += [
+    replace(
+        plan,
+        tag=f"{plan.tag}2",
+        configs=[
+            {**plan.configs[0], "split_k": split, "block_k": block_k, "num_stages": stages}
+            for split in (1, 2)
+            for block_k, stages in ((128, 3), (128, 4), (128, 6), (256, 2), (256, 3))
+        ],
+    )
+    for plan in GLUON_RESIDUAL_PLANS
+]
+
+
 PLANS = [
     Plan(
         "rmsnorm",
@@ -484,66 +560,7 @@ PLANS = [
         tag="down16mla",
         peers=FUSED_PEERS,
     ),
-    # The Gluon kernel (W through a deeper TMA ring from a loader warp of its own) at the b16
-    # blocks' four projections onto the residual stream, against the block tables' Triton
-    # configuration in the same sweep: rings of 100 KiB (two programs an SM) or 200 KiB (one).
-    *(
-        Plan(
-            "linear_residual",
-            "gluon_gemm_residual.py",
-            [shape],
-            [
-                {
-                    "split_k": split,
-                    "block_k": block_k,
-                    "num_stages": stages,
-                    "late_dependents": late,
-                }
-                for split in splits
-                for block_k, stages in ((128, 5), (128, 10), (64, 10), (64, 20))
-            ],
-            tag=tag,
-            peers=FUSED_PEERS,
-            rivals=[("triton_gemm_residual.py", table)],
-        )
-        for tag, shape, splits, late, table in [
-            (
-                "o16gluon",
-                "m16-n4096-k4096",
-                [1, 2, 4],
-                True,
-                {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
-            ),
-            (
-                "down16gluon",
-                "m16-n4096-k14336",
-                [2, 4],
-                True,
-                {"block_n": 64, "block_k": 128, "split_k": 4, "late_dependents": True},
-            ),
-            (
-                "o16mlagluon",
-                "m16-n7168-k16384",
-                [1, 2],
-                False,
-                {"block_n": 32, "block_k": 128, "split_k": 2, "num_warps": 2, "num_stages": 3},
-            ),
-            (
-                "down16mlagluon",
-                "m16-n7168-k18432",
-                [1, 2],
-                True,
-                {
-                    "block_n": 32,
-                    "block_k": 128,
-                    "split_k": 4,
-                    "num_warps": 2,
-                    "num_stages": 3,
-                    "late_dependents": True,
-                },
-            ),
-        ]
-    ),
+    *GLUON_RESIDUAL_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

@@ -42,7 +42,7 @@ LANGUAGE = "triton"
 PARAMS = {
     "block_k": [64, 128, 256],
     "split_k": [1, 2, 3, 4, 8],
-    "num_stages": [4, 5, 8, 10, 12, 16, 20],
+    "num_stages": [2, 3, 4, 5, 6, 8, 10, 12, 16, 20],
     "late_dependents": [False, True],
 }
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
