@@ -216,36 +216,6 @@ GLUON_RESIDUAL_PLANS = [
         ),
     ]
 ]
-# The Gluon RMSNorm + gate/up + SwiGLU (the same loader warp and ring) at the b16 blocks' MLPs,
-# against the Triton configuration of the Llama block's tables and of DeepSeek's per-op table.
-GLUON_SWIGLU_PLANS = [
-    Plan(
-        "rmsnorm_linear_swiglu",
-        "gluon_rmsnorm_gemm_swiglu.py",
-        [shape],
-        [
-            {"block_k": block_k, "num_stages": stages, "late_dependents": late}
-            for block_k, stages in ((64, 3), (64, 5), (64, 8), (128, 2), (128, 3))
-        ],
-        tag=tag,
-        peers=FUSED_PEERS,
-        rivals=[("triton_rmsnorm_gemm_swiglu.py", table)],
-    )
-    for tag, shape, late, table in [
-        (
-            "gateup16gluon",
-            "m16-f14336-k4096",
-            True,
-            {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
-        ),
-        (
-            "gateup16mlagluon",
-            "m16-f18432-k7168",
-            False,
-            {"block_n": 64, "block_k": 128, "split_k": 2, "x_ahead": True},
-        ),
-    ]
-]
 # The same four with shallower rings and wider steps (session 35's H100 sweeps: 5 stages of 128
 # columns beat 10, and fewer slices beat more), against the same yardsticks.
 GLUON_RESIDUAL_PLANS += [
@@ -591,7 +561,6 @@ PLANS = [
         peers=FUSED_PEERS,
     ),
     *GLUON_RESIDUAL_PLANS,
-    *GLUON_SWIGLU_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

@@ -178,10 +178,14 @@ def _tokens(n: int) -> str:
     return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
+def _is_current(dispatch_dir: str, current: Path) -> bool:
+    return Path(dispatch_dir).parts[-len(current.parts) :] == current.parts
+
+
 def _tables(dispatch_dir: str | None, current: Path) -> str:
     if not dispatch_dir:
         return "-"
-    if Path(dispatch_dir).parts[-len(current.parts) :] == current.parts:
+    if _is_current(dispatch_dir, current):
         return "in force"
     if dispatch_dir.startswith("/tmp/"):
         return "a copy made in the call (its CALL.txt)"
@@ -190,31 +194,51 @@ def _tables(dispatch_dir: str | None, current: Path) -> str:
 
 def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
     """One Markdown row per decoder block of an e2e run: its four variants' times, the tuned
-    blocks against the compiled one, the decode stream's % of copy, the host's bandwidths."""
+    blocks against the compiled one, the decode stream's % of copy, the host's bandwidths. A
+    run that also timed the tables in force as a variant (`--also NAME=DIR`) gets a second row
+    for them: their tuned blocks' times and % of copy, and their ratio to the run's own tables
+    in place of the ratios to the compiled block (which the run does not pair with them)."""
     doc = json.loads((root / e2e).read_text())
+    host = (
+        f"{doc['copy_bytes_per_s'] / 1e12:.2f} / {doc['read_bytes_per_s'] / 1e12:.2f}"
+        if doc.get("read_bytes_per_s")
+        else f"{doc['copy_bytes_per_s'] / 1e12:.2f} / -"
+    )
+    base = doc.get("dispatch_dir")
     lines = []
     for row in doc["results"]:
-        times = row["times_s"]
-        pct = row.get("stream_pct_of_copy") or {}
-        wrong = [v for v, ok in row.get("correct", {}).items() if not ok and v in VARIANTS]
         size = f"{row['mode']} b{row['batch']} {_tokens(row['length'])}"
         if row.get("tokens"):  # a chunked prefill: the prompt's last tokens onto its cache
             size += f", its last {_tokens(row['tokens'])}"
-        cells = [
-            row["kind"] + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
-            size,
-            str(row.get("layers") or 1),
-            *(_us(times, v) for v in VARIANTS),
-            _ratio(row, "tuned_vs_compiled"),
-            _ratio(row, "compiled_tuned_vs_compiled"),
-            " / ".join(f"{pct[v]:.1f}" for v in ("tuned", "compiled-tuned") if v in pct) or "-",
-            f"{doc['copy_bytes_per_s'] / 1e12:.2f} / {doc['read_bytes_per_s'] / 1e12:.2f}"
-            if doc.get("read_bytes_per_s")
-            else f"{doc['copy_bytes_per_s'] / 1e12:.2f} / -",
-            _tables(doc.get("dispatch_dir"), current),
-            _link(root / e2e, root),
+        runs = [("", _ratio(row, "tuned_vs_compiled"), _ratio(row, "compiled_tuned_vs_compiled"))]
+        runs += [
+            (
+                f":{name}",
+                f"{_ratio(ratios, 'tuned')} vs the run's tables",
+                f"{_ratio(ratios, 'compiled_tuned')} vs the run's tables",
+            )
+            for name, ratios in (row.get("also") or {}).items()
+            if _is_current((doc.get("also") or {}).get(name, ""), current)
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        for suffix, tuned_ratio, compiled_tuned_ratio in runs:
+            names = [v if v in ("eager", "compiled") else v + suffix for v in VARIANTS]
+            times = row["times_s"]
+            pct = row.get("stream_pct_of_copy") or {}
+            wrong = [v for v, ok in row.get("correct", {}).items() if not ok and v in names]
+            tuned_pct = [pct[v] for v in names[2:] if v in pct]
+            cells = [
+                row["kind"] + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
+                size,
+                str(row.get("layers") or 1),
+                *(_us(times, v) for v in names),
+                tuned_ratio,
+                compiled_tuned_ratio,
+                " / ".join(f"{p:.1f}" for p in tuned_pct) or "-",
+                host,
+                _tables(base, current) if not suffix else f"in force (as `--also {suffix[1:]}`)",
+                _link(root / e2e, root),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -292,7 +316,9 @@ def render(manifest: Manifest, root: Path = ROOT) -> str:
         "block of one run under CUDA graphs: eager, `torch.compile` of it, `tuned` (the eager block with the tables' "
         "winners swapped in) and `compiled-tuned` (`torch.compile` of the tuned block). The "
         "decode target is the weights and KV streamed at 90 % of the run's copy bandwidth. "
-        "`tables` says whether the run used the tables in force.",
+        "`tables` says whether the run used the tables in force. A run that timed the tables in "
+        "force beside its own (`--also`) has a second row for them, whose ratios are to the "
+        "run's own tables (above 1: the tables in force are faster).",
         "",
         "| " + " | ".join(BLOCK_HEAD) + " |",
         "|" + "---|" * len(BLOCK_HEAD),

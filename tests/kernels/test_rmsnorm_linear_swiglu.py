@@ -16,12 +16,9 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
-    hopper_build,
     hopper_ptx,
     kept_counts_after_interpreted_calls,
     run_interpreted,
-    setmaxnreg_budgets,
-    sm90_resources,
 )
 
 # Swaps gate and up: silu(up) * gate, right only where the two halves agree.
@@ -141,9 +138,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 32}),
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
             ("triton_rmsnorm_gemm_swiglu.py", {"x_ahead": True, "late_dependents": True}),
-            ("gluon_rmsnorm_gemm_swiglu.py", {}),
-            ("gluon_rmsnorm_gemm_swiglu.py", {"block_k": 128, "num_stages": 3}),
-            ("gluon_rmsnorm_gemm_swiglu.py", {"num_stages": 2, "late_dependents": True}),
             ("torch_rmsnorm_linear_swiglu.py", {}),
         ],
     )
@@ -158,8 +152,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "x_ahead": True}),
-        ("gluon_rmsnorm_gemm_swiglu.py", {}),
-        ("gluon_rmsnorm_gemm_swiglu.py", {"block_k": 128, "num_stages": 3}),
     ],
 )
 def test_the_fused_kernel_normalises_each_row_on_its_own(task, candidate, params) -> None:
@@ -308,79 +300,3 @@ want = task.reference(x.double(), g.double(), w.double())
 print(float((got.double() - want).norm() / want.norm()))
 """
     assert float(run_interpreted(script)) < 1e-5
-
-
-GLUON = "gluon_rmsnorm_gemm_swiglu.py"
-
-
-def test_the_gluon_candidate_runs_on_the_gpu_only(task) -> None:
-    assert GLUON in task.candidates["cuda"]
-    assert GLUON not in task.candidates["cpu"]
-
-
-def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
-    """bf16 or fp16 only, K a multiple of 8 (TMA's strides), a ring that fits shared memory, on
-    an sm_90 GPU: anything else is refused before any launch, pointing to the Triton kernel."""
-    kernel = candidate_module(task, GLUON).kernel
-
-    def inputs(k: int, dtype=torch.bfloat16):
-        return (
-            torch.zeros(2, k, dtype=dtype),
-            torch.ones(k, dtype=dtype),
-            torch.zeros(128, k, dtype=dtype),
-        )
-
-    cases = [
-        (inputs(128, torch.float32), {}, "bf16 or fp16"),
-        (inputs(100), {}, "k 100: a multiple of 8"),
-        (inputs(128), {"block_k": 256}, "block_k 256"),
-        (inputs(128), {"num_stages": 1}, "num_stages 1"),
-        (inputs(128), {"block_k": 128, "num_stages": 6}, "needs 234592 bytes"),
-        (inputs(128), {}, "needs an sm_90 GPU"),  # here on the CPU
-    ]
-    for args, params, why in cases:
-        with pytest.raises(ValueError, match=why) as raised:
-            kernel(*args, **params)
-        assert "use triton_rmsnorm_gemm_swiglu.py" in str(raised.value)
-
-
-@pytest.mark.parametrize("block_k, stages, late", [(64, 5, False), (128, 3, True)])
-def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(task, block_k, stages, late):
-    """Built for sm_90 at Llama-3-8B's MLP: no spill, the ring within shared memory, the loader
-    warp on its own register budget, W and x by TMA, the gate's and up's products by wgmma 16
-    wide, each partition waiting for the kernel before it, and the warpgroup's x g stores
-    behind its own barrier (128 threads) before the products read them."""
-    from triton.runtime.jit import mangle_type
-
-    module = candidate_module(task, GLUON)
-    w = torch.zeros(2 * 14336, 4096, dtype=torch.bfloat16)
-    types = {
-        "w_desc": mangle_type(module._descriptor(w, 64)),
-        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
-    }
-    types |= {"g_ptr": "*bf16", "y_ptr": "*bf16", "eps": "fp32"}
-    types |= dict.fromkeys(("M", "F", "K"), "i32")
-    constexprs = {"BLOCK_K": block_k, "STAGES": stages, "LATE_DEPENDENTS": late}
-    compiled = hopper_build(module._rmsnorm_gemm_swiglu, types, constexprs, num_warps=4)
-    used = sm90_resources(compiled)
-    assert used["spill_bytes"] == 0
-    assert 0 < used["shared_bytes"] <= module.shared_bytes(block_k, stages) <= module.SHARED_BYTES
-    ptx = compiled.asm["ptx"]
-    assert 24 in setmaxnreg_budgets(ptx)
-    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
-    assert ptx.count("griddepcontrol.wait") >= 2
-    assert "bar.sync \t0, 128;" in ptx
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("late", [False, True])
-def test_the_gluon_kernel_waits_for_the_kernel_that_writes_x(task, late) -> None:
-    """At 16 rows, launched with programmatic dependent launch right after a kernel that writes
-    x late, it reads the new x (its first W tiles stream early; W and g are never written)."""
-    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
-
-    module = candidate_module(task, GLUON)
-    shape = next(s for s in task.shapes("cuda") if s.name == "m16-f14336-k4096")
-    x, g, w = task.make_inputs(shape, 7, "cuda")
-    want = task.reference(x.double(), g.double(), w.double())
-    assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w, late_dependents=late), (x,), want)

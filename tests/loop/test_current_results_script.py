@@ -177,6 +177,47 @@ def test_a_block_row_names_wrong_variants_and_the_tables_it_ran_on(tmp_path: Pat
     ]
     (row,) = current.block_rows(Path("docs/benchmarks/old.json"), tables, tmp_path)
     assert "| s17/b |" in row
+    # The tables in force timed beside the run's own (--also): a second row for them.
+    also = {
+        **result,
+        "times_s": {
+            **result["times_s"],
+            "tuned:new": {"median": 3.5e-6},
+            "compiled-tuned:new": {"median": 2.5e-6},
+        },
+        "correct": {**result["correct"], "tuned:new": True, "compiled-tuned:new": False},
+        "also": {"new": {"tuned": ratio(1.1), "compiled_tuned": ratio(1.2)}, "x": {}},
+        "stream_pct_of_copy": {"tuned:new": 89.5, "compiled-tuned:new": 92.04},
+    }
+    (bench / "also.json").write_text(
+        json.dumps(
+            {
+                **run,
+                "results": [also],
+                "dispatch_dir": "docs/benchmarks/s17/b",
+                "also": {"new": f"/w/{tables}", "x": "docs/benchmarks/s9/x"},
+            }
+        )
+    )
+    own, beside = current.block_rows(Path("docs/benchmarks/also.json"), tables, tmp_path)
+    assert "| s17/b |" in own and "3.0 |" in own
+    cells = [c.strip() for c in beside.strip("|").split("|")]
+    assert cells[:7] == [
+        "llama (wrong: compiled-tuned:new)",
+        "decode b1 4k",
+        "4",
+        "9.0",
+        "6.0",
+        "3.5",
+        "2.5",
+    ]
+    assert cells[7:12] == [
+        "1.100x [1.090, 1.110] vs the run's tables",
+        "1.200x [1.190, 1.210] vs the run's tables",
+        "89.5 / 92.0",
+        "4.26 / 4.55",
+        "in force (as `--also new`)",
+    ]
     chunk = {**result, "mode": "chunk", "length": 131072, "tokens": 8192}
     (bench / "chunk.json").write_text(json.dumps({**run, "results": [chunk]}))
     (row,) = current.block_rows(Path("docs/benchmarks/chunk.json"), tables, tmp_path)
