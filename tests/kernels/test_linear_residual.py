@@ -289,14 +289,17 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("late", [False, True])
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
+@pytest.mark.parametrize("candidate", ["triton_gemm_residual.py", "gluon_gemm_residual.py"])
+def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(
+    task, candidate, late
+) -> None:
     """At 16 rows, launched with programmatic dependent launch right after kernels that write x
-    and r late, it still reads the new ones (its first W tile streams early); also with
+    and r late, it still reads the new ones (its first W tiles stream early); also with
     late_dependents, which moves only where the kernel after it may launch (its place is
-    checked in the sm_90 PTX)."""
+    checked in the sm_90 PTX of the Triton kernel)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
-    module = candidate_module(task, "triton_gemm_residual.py")
+    module = candidate_module(task, candidate)
     shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k4096")
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
@@ -476,21 +479,3 @@ print("graph ok", flush=True)
 @pytest.mark.gpu
 def test_the_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
     run_in_child(GLUON_PATHS)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("late", [False, True])
-def test_the_gluon_kernel_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
-    """At 16 rows, launched with programmatic dependent launch right after kernels that write x
-    and r late, it reads the new ones (its first W tiles stream early)."""
-    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
-
-    module = candidate_module(task, GLUON)
-    shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k4096")
-    x, w, r = task.make_inputs(shape, 7, "cuda")
-    want = task.reference(x.double(), w.double(), r.double())
-
-    def run(x, r):
-        return module.kernel(x, w, r, late_dependents=late)
-
-    assert_waits_for_late_inputs(run, (x, r), want)
