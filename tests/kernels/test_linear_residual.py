@@ -311,10 +311,13 @@ def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(
 
 
 @pytest.mark.gpu
-def test_the_tensor_core_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero(task) -> None:
+@pytest.mark.parametrize("candidate", ["triton_gemm_residual.py", "gluon_gemm_residual.py"])
+def test_the_tensor_core_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero(
+    task, candidate
+) -> None:
     """Replays of one captured call on new x each give the right sums, and leave every
     arrival count at 0 (no zero-fill between calls or replays)."""
-    module = candidate_module(task, "triton_gemm_residual.py")
+    module = candidate_module(task, candidate)
     shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k14336")
     x, w, r = task.make_inputs(shape, 3, "cuda")
     module.kernel(x, w, r, split_k=4)  # the kept counts exist before the capture
@@ -428,9 +431,9 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
 
 
 # What the task's GPU shapes leave out: rows past 16 (a second row of programs) and short of
-# it, N and K short of a tile, fp16, a short last slice; each row's own residual; the counts
-# back at zero after every call and after graph replays. In a child process with a time limit:
-# a hang fails the test.
+# it, N and K short of a tile, fp16, a short last slice, no rows and no K; each row's own
+# residual; the counts back at zero after every call (graph replays: the test above). In a
+# child process with a time limit: a hang fails the test.
 GLUON_PATHS = """
 import torch
 from loop.tasks import load_task
@@ -461,18 +464,7 @@ w = torch.randn(4096, 4096, generator=gen, device="cuda").mul_(4096**-0.5).bfloa
 r = torch.randn(16, 4096, generator=gen, device="cuda").bfloat16()
 assert module.kernel(x[:0], w, r[:0]).shape == (0, 4096)
 torch.testing.assert_close(module.kernel(x[:, :0], w[:, :0], r), r)
-graph = torch.cuda.CUDAGraph()
-with torch.cuda.graph(graph):
-    y = module.kernel(x, w, r, split_k=4)
-for seed in range(3):
-    x.copy_(torch.randn(16, 4096, generator=gen, device="cuda"))
-    y.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    want = task.reference(x.double(), w.double(), r.double())
-    torch.testing.assert_close(y.double(), want, atol=2e-2, rtol=2e-2)
-assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
-print("graph ok", flush=True)
+print("empty ok", flush=True)
 """
 
 
