@@ -216,6 +216,29 @@ GLUON_RESIDUAL_PLANS = [
         ),
     ]
 ]
+# The Gluon RMSNorm + qkv + rope (W alone through the ring; each program's x g written once
+# for its K slice) at the Llama b16 block's attention input, against the block tables' Triton
+# configuration in the same sweep.
+GLUON_QKV_PLANS = [
+    Plan(
+        "rmsnorm_linear_rope",
+        "gluon_rmsnorm_gemm_rope.py",
+        ["m16-qk40-v8-d128-k4096"],
+        [
+            {"split_k": split, "block_k": block_k, "num_stages": stages}
+            for split in (2, 4, 8)
+            for block_k, stages in ((64, 4), (64, 6), (128, 3))
+        ],
+        tag="qkv16gluon",
+        peers=FUSED_PEERS,
+        rivals=[
+            (
+                "triton_rmsnorm_gemm_rope.py",
+                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
+            )
+        ],
+    )
+]
 # The same four with shallower rings and wider steps (session 35's H100 sweeps: 5 stages of 128
 # columns beat 10, and fewer slices beat more), against the same yardsticks.
 GLUON_RESIDUAL_PLANS += [
@@ -561,6 +584,7 @@ PLANS = [
         peers=FUSED_PEERS,
     ),
     *GLUON_RESIDUAL_PLANS,
+    *GLUON_QKV_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

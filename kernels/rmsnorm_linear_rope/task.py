@@ -140,6 +140,7 @@ CANDIDATES = {
     "cuda": [
         "triton_rmsnorm_gemv_rope.py",
         "triton_rmsnorm_gemm_rope.py",
+        "gluon_rmsnorm_gemm_rope.py",
         "torch_rmsnorm_linear_rope.py",
     ],
     "cpu": ["torch_rmsnorm_linear_rope.py"],

@@ -15,9 +15,12 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    hopper_build,
     hopper_ptx,
     kept_counts_after_interpreted_calls,
     run_interpreted,
+    setmaxnreg_budgets,
+    sm90_resources,
 )
 
 # Rotates the wrong way (sin's sign flipped): right only at positions whose sines are all 0.
@@ -148,6 +151,9 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_rope.py", {}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 1, "block_n": 64}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
+            ("gluon_rmsnorm_gemm_rope.py", {}),
+            ("gluon_rmsnorm_gemm_rope.py", {"split_k": 1, "block_k": 128, "num_stages": 2}),
+            ("gluon_rmsnorm_gemm_rope.py", {"split_k": 8, "late_dependents": True}),
             ("torch_rmsnorm_linear_rope.py", {}),
         ],
     )
@@ -162,15 +168,21 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         ("triton_rmsnorm_gemv_rope.py", {"per_lane": 2, "block_n": 4, "rows": 4}),
         ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "split_k": 4}),
         ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "x_ahead": True}),
+        ("gluon_rmsnorm_gemm_rope.py", {"split_k": 3}),
+        ("gluon_rmsnorm_gemm_rope.py", {"split_k": 1, "block_k": 128, "num_stages": 2}),
     ],
 )
 def test_the_fused_kernel_on_ragged_shapes(task, candidate, params) -> None:
     """Rows of very different scales (and one of zeros, where only eps keeps it finite), a K
     that leaves lanes short, a v the programs do not divide, and more rows than a program
-    takes, against the reference."""
+    takes, against the reference (the Gluon kernel's heads are 128 wide: it takes pairs 64 at
+    a time)."""
     module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
-    for m, heads, n_v, d, k in [(3, 5, 24, 64, 4104), (4, 2, 8, 32, 8), (9, 40, 1000, 128, 4096)]:
+    shapes = [(3, 5, 24, 64, 4104), (4, 2, 8, 32, 8), (9, 40, 1000, 128, 4096)]
+    if candidate.startswith("gluon"):
+        shapes = [(3, 5, 24, 128, 4104), (4, 2, 8, 128, 8), (17, 40, 1000, 128, 4096)]
+    for m, heads, n_v, d, k in shapes:
         x = torch.randn(m, k, generator=gen, device="cuda")
         x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
         x[1] = 0
@@ -278,10 +290,13 @@ def test_the_tensor_core_kernel_streams_its_first_w_tiles_before_the_wait(
 
 
 @pytest.mark.gpu
-def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(task) -> None:
+@pytest.mark.parametrize("candidate", ["triton_rmsnorm_gemm_rope.py", "gluon_rmsnorm_gemm_rope.py"])
+def test_the_tensor_core_kernel_waits_for_the_kernels_that_write_x_cos_and_sin(
+    task, candidate
+) -> None:
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
-    module = candidate_module(task, "triton_rmsnorm_gemm_rope.py")
+    module = candidate_module(task, candidate)
     shape = next(s for s in task.shapes("cuda") if s.name == "m16-qk40-v8-d128-k4096")
     x, g, w_qk, w_v, cos, sin = task.make_inputs(shape, 7, "cuda")
     ref = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
@@ -366,3 +381,92 @@ def test_a_chain_of_the_batch16_fold_kernels_replays_bit_for_bit(task) -> None:
     assert torch.equal(chain()[-1], direct[-1])
     for module in (rope, residual):
         assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[h0.device])
+
+
+GLUON = "gluon_rmsnorm_gemm_rope.py"
+
+
+def test_the_gluon_candidate_runs_on_the_gpu_only(task) -> None:
+    assert GLUON in task.candidates["cuda"]
+    assert GLUON not in task.candidates["cpu"]
+
+
+def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """bf16 or fp16 only, heads of 128 (pairs 64 at a time), K a multiple of 8 (TMA's
+    strides), a ring and a slice of x g that fit shared memory, on an sm_90 GPU: anything else
+    is refused before any launch, pointing to the Triton kernel."""
+    kernel = candidate_module(task, GLUON).kernel
+
+    def inputs(k: int, d: int = 128, dtype=torch.bfloat16):
+        x, g = torch.zeros(2, k, dtype=dtype), torch.ones(k, dtype=dtype)
+        w_qk, w_v = torch.zeros(2 * d, k, dtype=dtype), torch.zeros(d, k, dtype=dtype)
+        return x, g, w_qk, w_v, torch.ones(2, d // 2), torch.zeros(2, d // 2)
+
+    cases = [
+        (inputs(128, dtype=torch.float32), {}, "bf16 or fp16"),
+        (inputs(128, d=64), {}, "head_dim 64: head_dim / 2 a multiple of 64"),
+        (inputs(100), {}, "k 100: a multiple of 8"),
+        (inputs(128), {"block_k": 256}, "block_k 256"),
+        (inputs(128), {"num_stages": 1}, "num_stages 1"),
+        (inputs(4096), {"split_k": 1, "num_stages": 6}, "k 4096 in 1 slices"),
+        (inputs(128), {}, "needs an sm_90 GPU"),  # here on the CPU
+    ]
+    for args, params, why in cases:
+        with pytest.raises(ValueError, match=why) as raised:
+            kernel(*args, **params)
+        assert "use triton_rmsnorm_gemm_rope.py" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "block_k, stages, splits, late", [(64, 4, 4, False), (128, 4, 4, True), (64, 3, 1, False)]
+)
+def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
+    task, block_k, stages, splits, late
+) -> None:
+    """Built for sm_90 at Llama-3-8B's attention input (K 4096): no spill, shared memory within
+    `shared_bytes` and an SM's, the loader warp on its own register budget, W by TMA and the
+    products by wgmma 16 wide, one griddepcontrol.wait (the warpgroup's, before it reads x:
+    the loader reads only W, which no kernel writes), the count only with slices."""
+    from triton.runtime.jit import mangle_type
+
+    module = candidate_module(task, GLUON)
+    steps, slices = module.slice_steps(4096, block_k, splits)
+    desc = mangle_type(module._descriptor(torch.zeros(5120, 4096, dtype=torch.bfloat16)))
+    types = {"wqk_desc": desc, "wv_desc": desc, "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
+    types |= dict.fromkeys(("x_ptr", "g_ptr", "qk_ptr", "v_ptr"), "*bf16")
+    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "K", "N_QK", "N_V", "pair_programs"), "i32")
+    constexprs = {"HALF": 64, "BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
+    constexprs |= {"SPLITS": slices, "LATE_DEPENDENTS": late}
+    compiled = hopper_build(module._rmsnorm_gemm_rope, types, constexprs, num_warps=4)
+    used = sm90_resources(compiled)
+    assert used["spill_bytes"] == 0
+    need = module.shared_bytes(4096, block_k, splits, stages)
+    assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    assert 24 in setmaxnreg_budgets(ptx)
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
+    assert ptx.count("griddepcontrol.wait") == 1
+    assert ("atom" in ptx) == (slices > 1)
+
+
+@pytest.mark.gpu
+def test_the_gluon_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero(task) -> None:
+    """Replays of one captured call on new x each give the right outputs, and leave every
+    arrival count at 0 (no zero-fill between calls or replays)."""
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-qk40-v8-d128-k4096")
+    x, g, w_qk, w_v, cos, sin = task.make_inputs(shape, 3, "cuda")
+    module.kernel(x, g, w_qk, w_v, cos, sin, split_k=4)  # the kept counts exist first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        qk, v = module.kernel(x, g, w_qk, w_v, cos, sin, split_k=4)
+    for seed in range(3):
+        x.copy_(task.make_inputs(shape, 10 + seed, "cuda")[0])
+        qk.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
+        for got, ref in zip((qk, v), want, strict=True):
+            torch.testing.assert_close(got.double(), ref, atol=2e-2, rtol=2e-2)
+    assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])

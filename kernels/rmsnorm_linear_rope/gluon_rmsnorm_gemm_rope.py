@@ -1,0 +1,381 @@
+"""RMSNorm, the q/k/v projection and rope in Gluon for Hopper (sm_90), for up to 16 rows of x a
+program: qk = rope(s * (x g) W_qk^T) and v = s * (x g) W_v^T, s = rsqrt(mean(x^2) + eps), with W
+streamed through a TMA ring by a loader warp of its own.
+
+At 16 rows the Triton kernel (triton_rmsnorm_gemm_rope.py) holds the largest share of what the
+Llama b16 layer loses to copy (session 35, call 10). gluon_gemm_residual.py, fed the same way,
+won in the b16 blocks; a SwiGLU kernel that wrote each K step's x g on the ring's critical path
+lost. So here a program writes the x g of its whole K slice into shared memory once, after the
+wait for the kernel before it (rounded to x's dtype, as the eager norm rounds; 32 KiB at 16
+rows and a 1024-wide slice), with the slice's sum of x^2; the ring then carries W alone, and the
+loader, which reads nothing an earlier kernel writes, never waits for one.
+
+A q/k program takes 64 rotation pairs of one head (rows j and j + d/2 of W_qk, which rope mixes:
+two 64-row wgmma accumulators, so each pair sits in the same thread's registers), a v program
+two tiles of 64 consecutive rows of W_v; each takes 16 rows of x (the wgmma's width; W is the
+left operand) and one of `split_k` slices of K. With one slice it applies the norm's scale and
+the rotation (v programs rotate by nothing) and writes; with more, it stores its float32
+partials and x^2 sums, and the last of a tile's programs to arrive (an acq_rel count behind the
+warpgroup's barrier) adds them in a fixed order, runs the epilogue and resets the count.
+
+Runs on sm_90 with bf16 or fp16 contiguous x, g and weights, head_dim / 2 a multiple of 64, K a
+multiple of 8 (TMA's 16-byte strides) and 16-byte aligned weights; anything else is a ValueError
+naming what (the Triton candidate takes it). Gluon has no interpreter: the CPU tests build it for
+sm_90; its GPU tests are written and not yet run (session 35 had no device time left)."""
+
+import functools
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LANGUAGE = "triton"
+PARAMS = {
+    "block_k": [64, 128],
+    "split_k": [1, 2, 4, 8],
+    "num_stages": [2, 3, 4, 6, 8],
+    "late_dependents": [False, True],
+}
+# Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
+cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
+EPS = 1e-6
+ROWS_W = 64  # W rows of each of a program's two tiles: one wgmma is 64 rows tall
+ROWS_X = 16  # x rows a program: the wgmma's width
+CHUNK = 64  # columns of a shared-memory chunk (a 128-byte swizzled row)
+BLOCK_W = gl.constexpr(ROWS_W)
+BLOCK_X = gl.constexpr(ROWS_X)
+TILE = ROWS_W * ROWS_X
+TILE_CELLS = gl.constexpr(TILE)
+
+
+@gluon.jit
+def _gdc_wait():
+    """griddepcontrol.wait: the kernel before this one has finished and its writes are seen."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _gdc_launch_dependents():
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _loader(wqk_desc, wv_desc, w_smem, ready, free, is_qk, row_a, row_b, k0, n_steps,
+            CHUNKS: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """One warp: each step's two W tiles (rows row_a.. and row_b.. of W_qk or W_v) as soon as
+    the warpgroup has given their buffer back (a fresh barrier passes the first wait, parity
+    1). W is never written by an earlier kernel, so the loader does not wait for one."""
+    step_bytes: gl.constexpr = CHUNKS * 2 * wqk_desc.block_type.nbytes
+    for j in range(n_steps):
+        stage = j % STAGES
+        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), step_bytes)
+        for c in gl.static_range(CHUNKS):
+            k = k0 + (j * CHUNKS + c) * 64
+            i = 2 * (stage * CHUNKS + c)
+            if is_qk:
+                tma_load(wqk_desc, [row_a, k], ready.index(stage), w_smem.index(i))
+                tma_load(wqk_desc, [row_b, k], ready.index(stage), w_smem.index(i + 1))
+            else:
+                tma_load(wv_desc, [row_a, k], ready.index(stage), w_smem.index(i))
+                tma_load(wv_desc, [row_b, k], ready.index(stage), w_smem.index(i + 1))
+
+
+@gluon.jit
+def _write_xg(x_ptr, g_ptr, xg_smem, M, K, m0, k0, SLICE_CHUNKS: gl.constexpr):
+    """The slice's x g (16 rows x SLICE_CHUNKS * 64 columns, zeros past M and K) into shared
+    memory, rounded to x's dtype; returns each row's sum of x^2 over the slice."""
+    x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = m0 + gl.arange(0, BLOCK_X, layout=gl.SliceLayout(1, x_layout))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, x_layout))
+    row_ok = gl.expand_dims(rows < M, 1)
+    x_rows = x_ptr + gl.expand_dims(rows.to(gl.int64) * K, 1)
+    squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(1, x_layout))
+    for c in range(SLICE_CHUNKS):
+        k = k0 + c * 64 + cols
+        k_ok = k < K
+        xf = gl.load(
+            x_rows + gl.expand_dims(k, 0), mask=row_ok & gl.expand_dims(k_ok, 0), other=0.0
+        )
+        xf = xf.to(gl.float32)
+        gf = gl.load(g_ptr + k, mask=k_ok, other=0.0).to(gl.float32)
+        squares += gl.sum(xf * xf, axis=1)
+        xg_smem.index(c).store((xf * gl.expand_dims(gf, 0)).to(xg_smem.dtype))
+    fence_async_shared()
+    cta_barrier()  # every thread's x g in shared memory before the products read it
+    return squares
+
+
+@gluon.jit
+def _products(w_smem, xg_smem, ready, free, n_steps, x_ptr, g_ptr, cos_ptr, sin_ptr, qk_ptr,
+              v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, k0, m0, is_qk, row_a,
+              row_b, pair0, tile, split, eps, HALF: gl.constexpr, CHUNKS: gl.constexpr,
+              STAGES: gl.constexpr, SLICE_CHUNKS: gl.constexpr, SPLITS: gl.constexpr,
+              LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+    """One warpgroup: the slice's x g once, then both tiles' sums over the slice's steps; then
+    the epilogue."""
+    _gdc_wait()
+    if not LATE_DEPENDENTS:
+        _gdc_launch_dependents()
+    squares = _write_xg(x_ptr, g_ptr, xg_smem, M, K, m0, k0, SLICE_CHUNKS)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_X, 16]
+    )
+    za = gl.zeros([BLOCK_W, BLOCK_X], gl.float32, acc_layout)
+    zb = gl.zeros([BLOCK_W, BLOCK_X], gl.float32, acc_layout)
+    for j in range(n_steps):
+        stage = j % STAGES
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        for c in gl.static_range(CHUNKS):
+            i = 2 * (stage * CHUNKS + c)
+            xg = xg_smem.index(j * CHUNKS + c).permute((1, 0))
+            za = warpgroup_mma(w_smem.index(i), xg, za, is_async=True)
+            zb = warpgroup_mma(w_smem.index(i + 1), xg, zb, is_async=True)
+        za, zb = warpgroup_mma_wait(num_outstanding=0, deps=(za, zb))
+        mbarrier.arrive(free.index(stage))
+    if LATE_DEPENDENTS:
+        _gdc_launch_dependents()
+
+    # za[i, j], zb[i, j]: row m0 + j's sums for the tiles' i-th rows (a pair's two halves).
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
+    za = gl.convert_layout(za, out_layout)
+    zb = gl.convert_layout(zb, out_layout)
+    squares = gl.convert_layout(squares, gl.SliceLayout(0, out_layout))
+    lane = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, out_layout))
+    rm = m0 + gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, out_layout))
+    done = SPLITS == 1
+    if SPLITS > 1:
+        cell = gl.expand_dims(lane * BLOCK_X, 1) + gl.expand_dims(rm - m0, 0)
+        parts = part_ptr + tile.to(gl.int64) * (SPLITS * 2 * TILE_CELLS) + cell
+        sums = squares_ptr + tile.to(gl.int64) * (SPLITS * BLOCK_X) + (rm - m0)
+        gl.store(parts + split * (2 * TILE_CELLS), za)
+        gl.store(parts + split * (2 * TILE_CELLS) + TILE_CELLS, zb)
+        gl.store(sums + split * BLOCK_X, squares)
+        cta_barrier()
+        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        done = arrived == SPLITS - 1
+        if done:
+            gl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
+            za = gl.load(parts)
+            zb = gl.load(parts + TILE_CELLS)
+            squares = gl.load(sums)
+            for s in gl.static_range(1, SPLITS):
+                za += gl.load(parts + s * (2 * TILE_CELLS))
+                zb += gl.load(parts + s * (2 * TILE_CELLS) + TILE_CELLS)
+                squares += gl.load(sums + s * BLOCK_X)
+    if done:
+        scale = gl.expand_dims(gl.rsqrt(squares / K + eps), 0)
+        za, zb = za * scale, zb * scale
+        m_ok = gl.expand_dims(rm < M, 0)
+        if is_qk:
+            # cos and sin (m, HALF) at the pairs' positions in the head
+            trig = gl.expand_dims(rm.to(gl.int64) * HALF, 0) + gl.expand_dims(pair0 + lane, 1)
+            c = gl.load(cos_ptr + trig, mask=m_ok, other=1.0)
+            sn = gl.load(sin_ptr + trig, mask=m_ok, other=0.0)
+            out = gl.expand_dims(rm.to(gl.int64) * N_QK, 0)
+            ok = m_ok & gl.expand_dims(lane >= 0, 1)
+            gl.store(qk_ptr + out + gl.expand_dims(row_a + lane, 1), (za * c - zb * sn).to(qk_ptr.dtype.element_ty),
+                     mask=ok)  # fmt: skip
+            gl.store(qk_ptr + out + gl.expand_dims(row_b + lane, 1), (zb * c + za * sn).to(qk_ptr.dtype.element_ty),
+                     mask=ok)  # fmt: skip
+        else:
+            out = gl.expand_dims(rm.to(gl.int64) * N_V, 0)
+            ok_a = m_ok & gl.expand_dims(row_a + lane < N_V, 1)
+            ok_b = m_ok & gl.expand_dims(row_b + lane < N_V, 1)
+            gl.store(
+                v_ptr + out + gl.expand_dims(row_a + lane, 1),
+                za.to(v_ptr.dtype.element_ty),
+                mask=ok_a,
+            )
+            gl.store(
+                v_ptr + out + gl.expand_dims(row_b + lane, 1),
+                zb.to(v_ptr.dtype.element_ty),
+                mask=ok_b,
+            )
+
+
+@gluon.jit
+def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_ptr, g_ptr, cos_ptr, sin_ptr, qk_ptr, v_ptr,
+                       part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, pair_programs, eps,
+                       HALF: gl.constexpr, BLOCK_K: gl.constexpr, STEPS: gl.constexpr,
+                       STAGES: gl.constexpr, SPLITS: gl.constexpr,
+                       LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+    pid_n, pid_s, pid_m = gl.program_id(0), gl.program_id(1), gl.program_id(2)
+    m0 = pid_m * BLOCK_X
+    tile = pid_m * gl.num_programs(0) + pid_n
+    CHUNKS: gl.constexpr = BLOCK_K // 64
+    SLICE_CHUNKS: gl.constexpr = BLOCK_K // 64 * STEPS
+    first = pid_s * STEPS
+    n_steps = gl.minimum(STEPS, gl.cdiv(K, BLOCK_K) - first)
+    k0 = first * BLOCK_K
+    is_qk = pid_n < pair_programs
+    # A q/k program: 64 pairs (j, j + HALF) of one head; a v program: two tiles of 64 rows.
+    pair = pid_n * BLOCK_W
+    pair0 = pair % HALF
+    row_a = gl.where(is_qk, (pair // HALF) * (2 * HALF) + pair0, (pid_n - pair_programs) * 128)
+    row_b = row_a + gl.where(is_qk, HALF, BLOCK_W)
+
+    dtype: gl.constexpr = wqk_desc.dtype
+    w_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS * 2, BLOCK_W, 64], wqk_desc.layout)
+    xg_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_X, 64], dtype)
+    xg_smem = gl.allocate_shared_memory(dtype, [SLICE_CHUNKS, BLOCK_X, 64], xg_layout)
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(free.index(i), count=1)
+    fence_async_shared()
+    cta_barrier()
+    gl.warp_specialize(
+        [
+            (_products, (w_smem, xg_smem, ready, free, n_steps, x_ptr, g_ptr, cos_ptr, sin_ptr,
+                         qk_ptr, v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, k0, m0,
+                         is_qk, row_a, row_b, pair0, tile, pid_s, eps, HALF, CHUNKS, STAGES,
+                         SLICE_CHUNKS, SPLITS, LATE_DEPENDENTS)),
+            (_loader, (wqk_desc, wv_desc, w_smem, ready, free, is_qk, row_a, row_b, k0, n_steps,
+                       CHUNKS, STAGES)),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
+
+
+# The arrival counts, per device: zero between calls (the last program of a tile resets its
+# count). Every buffer is kept, as a CUDA graph may hold any of them.
+_COUNTS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
+    held = _COUNTS.setdefault(device, [])
+    if held and held[-1].numel() >= n:
+        return held[-1]
+    if torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    size = max(n, 2 * held[-1].numel() if held else 0)
+    held.append(torch.zeros(size, dtype=torch.int32, device=device))
+    return held[-1]
+
+
+def slice_steps(k: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """(K steps a slice, slices): whole steps a slice and no empty slice."""
+    steps = triton.cdiv(k, block_k)
+    per = triton.cdiv(steps, max(1, split_k))
+    return per, triton.cdiv(steps, per)
+
+
+def shared_bytes(k: int, block_k: int, split_k: int, stages: int) -> int:
+    """Shared memory of a program: the ring of W tile pairs, the slice's x g, the epilogue's
+    two float32 tiles (their change of layout), barriers, with room."""
+    per, _ = slice_steps(k, block_k, split_k)
+    ring = stages * block_k * 2 * ROWS_W * 2
+    return ring + per * block_k * ROWS_X * 2 + 2 * TILE * 4 + 16 * stages + 1024
+
+
+def _refusal(x, g, w_qk, w_v, half: int, block_k: int, split_k: int, stages: int):
+    """Why these inputs are not for this kernel at these parameters (None when they are)."""
+    tensors = (x, g, w_qk, w_v)
+    if x.dtype not in (torch.bfloat16, torch.float16) or any(t.dtype != x.dtype for t in tensors):
+        return f"needs bf16 or fp16 x, g and weights of one dtype; got {[t.dtype for t in tensors]}"
+    if half % ROWS_W:
+        return f"head_dim {2 * half}: head_dim / 2 a multiple of {ROWS_W} only"
+    if block_k not in (64, 128):
+        return f"block_k {block_k}: 64 or 128 only"
+    if stages < 2:
+        return f"num_stages {stages}: the ring needs 2 buffers at least"
+    k = x.shape[1]
+    if k % 8:
+        return f"k {k}: a multiple of 8 only (TMA's 16-byte row strides)"
+    need = shared_bytes(k, block_k, split_k, stages)
+    if need > SHARED_BYTES:
+        return f"k {k} in {split_k} slices at block_k {block_k}, {stages} stages needs {need} bytes"
+    if w_qk.data_ptr() % 16 or w_v.data_ptr() % 16:
+        return "needs 16-byte aligned weights (TMA)"
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
+        return f"needs an sm_90 GPU (Hopper); got {x.device}"
+    return None
+
+
+@functools.cache
+def _layout(dtype: torch.dtype):
+    return gl.NVMMASharedLayout.get_default_for(
+        [ROWS_W, CHUNK], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+    )
+
+
+def _descriptor(w: torch.Tensor) -> TensorDescriptor:
+    """TMA descriptor of the weight `w` in 64 x 64 tiles (out of bounds reads give zeros)."""
+    return TensorDescriptor(w, list(w.shape), list(w.stride()), [ROWS_W, CHUNK], _layout(w.dtype))
+
+
+def kernel(
+    x: torch.Tensor,
+    g: torch.Tensor,
+    w_qk: torch.Tensor,
+    w_v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    block_k: int = 64,
+    split_k: int = 4,
+    num_stages: int = 4,
+    late_dependents: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m, k = x.shape
+    half = cos.shape[1]
+    n_qk, n_v = w_qk.shape[0], w_v.shape[0]
+    if w_qk.shape[1] != k or w_v.shape[1] != k or g.shape != (k,):
+        raise ValueError(
+            f"w_qk and w_v must be (n, {k}) and g ({k},), got {tuple(w_qk.shape)}, "
+            f"{tuple(w_v.shape)}, {tuple(g.shape)}"
+        )
+    if cos.shape != (m, half) or sin.shape != (m, half) or n_qk % (2 * half):
+        raise ValueError(
+            f"cos and sin must be ({m}, d/2) with w_qk's rows a multiple of d, got "
+            f"{tuple(cos.shape)}, {tuple(sin.shape)}, {n_qk} rows"
+        )
+    if k == 0:
+        raise ValueError("x must have at least one column: the norm of an empty row is undefined")
+    x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
+    cos, sin = cos.contiguous().float(), sin.contiguous().float()
+    why = _refusal(x, g, w_qk, w_v, half, block_k, split_k, num_stages)
+    if why is not None:
+        raise ValueError(f"gluon RMSNorm + qkv + rope {why}; use triton_rmsnorm_gemm_rope.py")
+    qk = torch.empty((m, n_qk), device=x.device, dtype=x.dtype)
+    v = torch.empty((m, n_v), device=x.device, dtype=x.dtype)
+    if m == 0:
+        return qk, v
+    steps, splits = slice_steps(k, block_k, split_k)
+    pair_programs = n_qk // 2 // ROWS_W
+    grid = (pair_programs + triton.cdiv(n_v, 2 * ROWS_W), splits, triton.cdiv(m, ROWS_X))
+    tiles = grid[0] * grid[2]
+    if splits > 1:
+        parts = torch.empty(tiles * splits * 2 * TILE, device=x.device, dtype=torch.float32)
+        squares = torch.empty(tiles * splits * ROWS_X, device=x.device, dtype=torch.float32)
+        counts = _arrival_counts(tiles, x.device)
+    else:
+        parts = squares = counts = qk  # not read
+    w_v_desc = _descriptor(w_v) if n_v else _descriptor(w_qk)  # no v programs without rows
+    with torch.cuda.device(x.device):
+        _rmsnorm_gemm_rope[grid](
+            _descriptor(w_qk), w_v_desc, x, g, cos, sin, qk, v, parts, squares, counts, m, k,
+            n_qk, n_v, pair_programs, EPS, HALF=half, BLOCK_K=block_k, STEPS=steps,
+            STAGES=num_stages, SPLITS=splits, LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
+        )  # fmt: skip
+    return qk, v
