@@ -6,7 +6,7 @@ At 16 rows the Triton kernel (triton_rmsnorm_gemm_rope.py) holds the largest sha
 Llama b16 layer loses to copy (session 35, call 10). gluon_gemm_residual.py, fed the same way,
 won in the b16 blocks; a SwiGLU kernel that wrote each K step's x g on the ring's critical path
 lost. So here a program writes the x g of its whole K slice into shared memory once, after the
-wait for the kernel before it (rounded to x's dtype, as the eager norm rounds; 32 KiB at 16
+wait for the kernel before it (x by TMA, g in one load, then x g over x in place) (rounded to x's dtype, as the eager norm rounds; 32 KiB at 16
 rows and a 1024-wide slice), with the slice's sum of x^2; the ring then carries W alone, and the
 loader, which reads nothing an earlier kernel writes, never waits for one.
 
@@ -19,7 +19,7 @@ partials and x^2 sums, and the last of a tile's programs to arrive (an acq_rel c
 warpgroup's barrier) adds them in a fixed order, runs the epilogue and resets the count.
 
 Runs on sm_90 with bf16 or fp16 contiguous x, g and weights, head_dim / 2 a multiple of 64, K a
-multiple of 8 (TMA's 16-byte strides) and 16-byte aligned weights; anything else is a ValueError
+multiple of 8 (TMA's 16-byte strides) and 16-byte aligned x and weights; anything else is a ValueError
 naming what (the Triton candidate takes it). Gluon has no interpreter: the CPU tests build it for
 sm_90; its GPU tests are written and not yet run (session 35 had no device time left)."""
 
@@ -97,23 +97,28 @@ def _loader(wqk_desc, wv_desc, w_smem, ready, free, is_qk, row_a, row_b, k0, n_s
 
 
 @gluon.jit
-def _write_xg(x_ptr, g_ptr, xg_smem, M, K, m0, k0, SLICE_CHUNKS: gl.constexpr):
+def _write_xg(x_desc, g_ptr, xg_smem, g_smem, x_bar, K, m0, k0, SLICE_CHUNKS: gl.constexpr,
+              G_SPAN: gl.constexpr):  # fmt: skip
     """The slice's x g (16 rows x SLICE_CHUNKS * 64 columns, zeros past M and K) into shared
-    memory, rounded to x's dtype; returns each row's sum of x^2 over the slice."""
+    memory, rounded to x's dtype; returns each row's sum of x^2 over the slice. x comes by TMA
+    into the x g buffer (one barrier for the slice) and g in one load, through shared memory,
+    so that no chunk waits on global memory after the one before it; x g is then written over
+    x in place."""
+    mbarrier.expect(x_bar, SLICE_CHUNKS * x_desc.block_type.nbytes)
+    for c in gl.static_range(SLICE_CHUNKS):
+        tma_load(x_desc, [m0, k0 + c * 64], x_bar, xg_smem.index(c))
+    g_layout: gl.constexpr = gl.BlockedLayout([8], [32], [4], [0])
+    span = gl.arange(0, G_SPAN, layout=g_layout)
+    k = k0 + span
+    g_smem.store(gl.load(g_ptr + k, mask=(k < K) & (span < SLICE_CHUNKS * 64), other=0.0))
+    mbarrier.wait(x_bar, 0)
+    cta_barrier()  # every thread's g in shared memory before any reads it
     x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    rows = m0 + gl.arange(0, BLOCK_X, layout=gl.SliceLayout(1, x_layout))
-    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, x_layout))
-    row_ok = gl.expand_dims(rows < M, 1)
-    x_rows = x_ptr + gl.expand_dims(rows.to(gl.int64) * K, 1)
+    g_row: gl.constexpr = gl.SliceLayout(0, x_layout)
     squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(1, x_layout))
-    for c in range(SLICE_CHUNKS):
-        k = k0 + c * 64 + cols
-        k_ok = k < K
-        xf = gl.load(
-            x_rows + gl.expand_dims(k, 0), mask=row_ok & gl.expand_dims(k_ok, 0), other=0.0
-        )
-        xf = xf.to(gl.float32)
-        gf = gl.load(g_ptr + k, mask=k_ok, other=0.0).to(gl.float32)
+    for c in gl.static_range(SLICE_CHUNKS):
+        xf = xg_smem.index(c).load(x_layout).to(gl.float32)
+        gf = g_smem.slice(c * 64, 64).load(g_row).to(gl.float32)
         squares += gl.sum(xf * xf, axis=1)
         xg_smem.index(c).store((xf * gl.expand_dims(gf, 0)).to(xg_smem.dtype))
     fence_async_shared()
@@ -122,17 +127,18 @@ def _write_xg(x_ptr, g_ptr, xg_smem, M, K, m0, k0, SLICE_CHUNKS: gl.constexpr):
 
 
 @gluon.jit
-def _products(w_smem, xg_smem, ready, free, n_steps, x_ptr, g_ptr, cos_ptr, sin_ptr, qk_ptr,
+def _products(w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, x_desc, g_ptr, cos_ptr, sin_ptr, qk_ptr,
               v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, k0, m0, is_qk, row_a,
               row_b, pair0, tile, split, eps, HALF: gl.constexpr, CHUNKS: gl.constexpr,
-              STAGES: gl.constexpr, SLICE_CHUNKS: gl.constexpr, SPLITS: gl.constexpr,
+              STAGES: gl.constexpr, SLICE_CHUNKS: gl.constexpr, G_SPAN: gl.constexpr,
+              SPLITS: gl.constexpr,
               LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
     """One warpgroup: the slice's x g once, then both tiles' sums over the slice's steps; then
     the epilogue."""
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
-    squares = _write_xg(x_ptr, g_ptr, xg_smem, M, K, m0, k0, SLICE_CHUNKS)
+    squares = _write_xg(x_desc, g_ptr, xg_smem, g_smem, x_bar, K, m0, k0, SLICE_CHUNKS, G_SPAN)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_X, 16]
     )
@@ -210,9 +216,10 @@ def _products(w_smem, xg_smem, ready, free, n_steps, x_ptr, g_ptr, cos_ptr, sin_
 
 
 @gluon.jit
-def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_ptr, g_ptr, cos_ptr, sin_ptr, qk_ptr, v_ptr,
+def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_desc, g_ptr, cos_ptr, sin_ptr, qk_ptr, v_ptr,
                        part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, pair_programs, eps,
                        HALF: gl.constexpr, BLOCK_K: gl.constexpr, STEPS: gl.constexpr,
+                       G_SPAN: gl.constexpr,
                        STAGES: gl.constexpr, SPLITS: gl.constexpr,
                        LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
     pid_n, pid_s, pid_m = gl.program_id(0), gl.program_id(1), gl.program_id(2)
@@ -232,9 +239,12 @@ def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_ptr, g_ptr, cos_ptr, sin_ptr, qk_ptr
 
     dtype: gl.constexpr = wqk_desc.dtype
     w_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS * 2, BLOCK_W, 64], wqk_desc.layout)
-    xg_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_X, 64], dtype)
-    xg_smem = gl.allocate_shared_memory(dtype, [SLICE_CHUNKS, BLOCK_X, 64], xg_layout)
+    xg_smem = gl.allocate_shared_memory(dtype, [SLICE_CHUNKS, BLOCK_X, 64], x_desc.layout)
+    g_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    g_smem = gl.allocate_shared_memory(dtype, [G_SPAN], g_layout)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    x_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+    mbarrier.init(x_bar, count=1)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
     free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
     for i in gl.static_range(STAGES):
@@ -244,10 +254,10 @@ def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_ptr, g_ptr, cos_ptr, sin_ptr, qk_ptr
     cta_barrier()
     gl.warp_specialize(
         [
-            (_products, (w_smem, xg_smem, ready, free, n_steps, x_ptr, g_ptr, cos_ptr, sin_ptr,
+            (_products, (w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, x_desc, g_ptr, cos_ptr, sin_ptr,
                          qk_ptr, v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, k0, m0,
                          is_qk, row_a, row_b, pair0, tile, pid_s, eps, HALF, CHUNKS, STAGES,
-                         SLICE_CHUNKS, SPLITS, LATE_DEPENDENTS)),
+                         SLICE_CHUNKS, G_SPAN, SPLITS, LATE_DEPENDENTS)),
             (_loader, (wqk_desc, wv_desc, w_smem, ready, free, is_qk, row_a, row_b, k0, n_steps,
                        CHUNKS, STAGES)),
         ],
@@ -282,11 +292,12 @@ def slice_steps(k: int, block_k: int, split_k: int) -> tuple[int, int]:
 
 
 def shared_bytes(k: int, block_k: int, split_k: int, stages: int) -> int:
-    """Shared memory of a program: the ring of W tile pairs, the slice's x g, the epilogue's
-    two float32 tiles (their change of layout), barriers, with room."""
+    """Shared memory of a program: the ring of W tile pairs, the slice's x g and g, the
+    epilogue's two float32 tiles (their change of layout), barriers, with room."""
     per, _ = slice_steps(k, block_k, split_k)
     ring = stages * block_k * 2 * ROWS_W * 2
-    return ring + per * block_k * ROWS_X * 2 + 2 * TILE * 4 + 16 * stages + 1024
+    x_g = per * block_k * ROWS_X * 2 + triton.next_power_of_2(per * block_k) * 2
+    return ring + x_g + 2 * TILE * 4 + 16 * stages + 1024
 
 
 def _refusal(x, g, w_qk, w_v, half: int, block_k: int, split_k: int, stages: int):
@@ -306,23 +317,25 @@ def _refusal(x, g, w_qk, w_v, half: int, block_k: int, split_k: int, stages: int
     need = shared_bytes(k, block_k, split_k, stages)
     if need > SHARED_BYTES:
         return f"k {k} in {split_k} slices at block_k {block_k}, {stages} stages needs {need} bytes"
-    if w_qk.data_ptr() % 16 or w_v.data_ptr() % 16:
-        return "needs 16-byte aligned weights (TMA)"
+    if any(t.data_ptr() % 16 for t in (x, w_qk, w_v)):
+        return "needs 16-byte aligned x and weights (TMA)"
     if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
         return f"needs an sm_90 GPU (Hopper); got {x.device}"
     return None
 
 
 @functools.cache
-def _layout(dtype: torch.dtype):
+def _layout(rows: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(
-        [ROWS_W, CHUNK], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+        [rows, CHUNK], gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
     )
 
 
-def _descriptor(w: torch.Tensor) -> TensorDescriptor:
-    """TMA descriptor of the weight `w` in 64 x 64 tiles (out of bounds reads give zeros)."""
-    return TensorDescriptor(w, list(w.shape), list(w.stride()), [ROWS_W, CHUNK], _layout(w.dtype))
+def _descriptor(t: torch.Tensor, rows: int = ROWS_W) -> TensorDescriptor:
+    """TMA descriptor of the matrix `t` in rows x 64 tiles (out of bounds reads give zeros)."""
+    return TensorDescriptor(
+        t, list(t.shape), list(t.stride()), [rows, CHUNK], _layout(rows, t.dtype)
+    )
 
 
 def kernel(
@@ -374,8 +387,9 @@ def kernel(
     w_v_desc = _descriptor(w_v) if n_v else _descriptor(w_qk)  # no v programs without rows
     with torch.cuda.device(x.device):
         _rmsnorm_gemm_rope[grid](
-            _descriptor(w_qk), w_v_desc, x, g, cos, sin, qk, v, parts, squares, counts, m, k,
+            _descriptor(w_qk), w_v_desc, _descriptor(x, ROWS_X), g, cos, sin, qk, v, parts, squares, counts, m, k,
             n_qk, n_v, pair_programs, EPS, HALF=half, BLOCK_K=block_k, STEPS=steps,
+            G_SPAN=triton.next_power_of_2(steps * block_k),
             STAGES=num_stages, SPLITS=splits, LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return qk, v

@@ -424,19 +424,22 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     task, block_k, stages, splits, late
 ) -> None:
     """Built for sm_90 at Llama-3-8B's attention input (K 4096): no spill, shared memory within
-    `shared_bytes` and an SM's, the loader warp on its own register budget, W by TMA and the
-    products by wgmma 16 wide, one griddepcontrol.wait (the warpgroup's, before it reads x:
+    `shared_bytes` and an SM's, the loader warp on its own register budget, W and x by TMA and
+    the products by wgmma 16 wide, one griddepcontrol.wait (the warpgroup's, before it reads x:
     the loader reads only W, which no kernel writes), the count only with slices."""
     from triton.runtime.jit import mangle_type
 
     module = candidate_module(task, GLUON)
     steps, slices = module.slice_steps(4096, block_k, splits)
     desc = mangle_type(module._descriptor(torch.zeros(5120, 4096, dtype=torch.bfloat16)))
-    types = {"wqk_desc": desc, "wv_desc": desc, "cos_ptr": "*fp32", "sin_ptr": "*fp32"}
-    types |= dict.fromkeys(("x_ptr", "g_ptr", "qk_ptr", "v_ptr"), "*bf16")
+    x_desc = mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16))
+    types = {"wqk_desc": desc, "wv_desc": desc, "x_desc": x_desc}
+    types |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32"}
+    types |= dict.fromkeys(("g_ptr", "qk_ptr", "v_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
     types |= dict.fromkeys(("M", "K", "N_QK", "N_V", "pair_programs"), "i32")
     constexprs = {"HALF": 64, "BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
+    constexprs["G_SPAN"] = steps * block_k  # a power of two at K 4096
     constexprs |= {"SPLITS": slices, "LATE_DEPENDENTS": late}
     compiled = hopper_build(module._rmsnorm_gemm_rope, types, constexprs, num_warps=4)
     used = sm90_resources(compiled)
