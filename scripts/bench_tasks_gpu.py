@@ -922,26 +922,24 @@ def sweep(plan: Plan, out_dir: Path) -> dict:
     task = load_task(plan.task)
     shape_name = plan.shapes[0]
     shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
+    runs = [(plan.candidate, params, False) for params in plan.configs]
+    runs += [(name, params, True) for name, params in plan.rivals]
     specs = [
-        CandidateSpec(task.folder / plan.candidate, params, f"c{i}")
-        for i, params in enumerate(plan.configs)
-    ]
-    specs += [
-        CandidateSpec(task.folder / name, params, f"r{i}")
-        for i, (name, params) in enumerate(plan.rivals)
+        CandidateSpec(task.folder / name, params, f"c{i}")
+        for i, (name, params, _) in enumerate(runs)
     ]
     started = time.monotonic()
     ev = evaluate(task, specs, "cuda", time_it=True, shapes=[shape_name], rule=QUICK_RULE)
     nbytes = task.bytes_moved(shape)
     copy_bw = (ev.ceilings or {}).get("copy_bytes_per_s")
     rows = []
-    for spec, v in zip(specs, ev.verdicts, strict=True):
+    for (name, _, rival), v in zip(runs, ev.verdicts, strict=True):
         result = v.shapes.get(shape_name)
         median = result.median_s if result else None
         rows.append(
             {
-                "candidate": spec.path.name,
-                "rival": spec.label.startswith("r"),
+                "candidate": name,
+                "rival": rival,
                 "params": v.params,
                 "accepted": v.accepted,
                 "reasons": [r.to_dict() for r in v.reasons],

@@ -207,6 +207,8 @@ def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
     base = doc.get("dispatch_dir")
     lines = []
     for row in doc["results"]:
+        times = row["times_s"]
+        pct = row.get("stream_pct_of_copy") or {}
         size = f"{row['mode']} b{row['batch']} {_tokens(row['length'])}"
         if row.get("tokens"):  # a chunked prefill: the prompt's last tokens onto its cache
             size += f", its last {_tokens(row['tokens'])}"
@@ -222,8 +224,6 @@ def block_rows(e2e: Path, current: Path, root: Path) -> list[str]:
         ]
         for suffix, tuned_ratio, compiled_tuned_ratio in runs:
             names = [v if v in ("eager", "compiled") else v + suffix for v in VARIANTS]
-            times = row["times_s"]
-            pct = row.get("stream_pct_of_copy") or {}
             wrong = [v for v, ok in row.get("correct", {}).items() if not ok and v in names]
             tuned_pct = [pct[v] for v in names[2:] if v in pct]
             cells = [

@@ -363,9 +363,8 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
         (inputs(2, 64, 128), {}, "needs an sm_90 GPU"),  # here on the CPU
     ]
     for args, params, why in cases:
-        with pytest.raises(ValueError, match=why) as raised:
+        with pytest.raises(ValueError, match=f"{why}.*use triton_gemm_residual.py"):
             kernel(*args, **params)
-        assert "use triton_gemm_residual.py" in str(raised.value)
     with pytest.raises(ValueError, match=r"w must be \(n, 128\)"):
         kernel(torch.zeros(2, 128), torch.zeros(64, 96), torch.zeros(2, 64))
 

@@ -412,9 +412,8 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
         (inputs(128), {}, "needs an sm_90 GPU"),  # here on the CPU
     ]
     for args, params, why in cases:
-        with pytest.raises(ValueError, match=why) as raised:
+        with pytest.raises(ValueError, match=f"{why}.*use triton_rmsnorm_gemm_rope.py"):
             kernel(*args, **params)
-        assert "use triton_rmsnorm_gemm_rope.py" in str(raised.value)
 
 
 @pytest.mark.parametrize(
