@@ -194,7 +194,8 @@ def _products(w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, x_desc, g_pt
             c = gl.load(cos_ptr + trig, mask=m_ok, other=1.0)
             sn = gl.load(sin_ptr + trig, mask=m_ok, other=0.0)
             out = gl.expand_dims(rm.to(gl.int64) * N_QK, 0)
-            ok = m_ok & gl.expand_dims(row_b + lane < N_QK, 1)  # true for a head: gives the mask its shape
+            # true for a head's rows: it gives the mask its shape
+            ok = m_ok & gl.expand_dims(row_b + lane < N_QK, 1)
             rot_a = (za * c - zb * sn).to(qk_ptr.dtype.element_ty)
             rot_b = (zb * c + za * sn).to(qk_ptr.dtype.element_ty)
             gl.store(qk_ptr + out + gl.expand_dims(row_a + lane, 1), rot_a, mask=ok)
