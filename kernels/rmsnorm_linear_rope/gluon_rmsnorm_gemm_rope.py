@@ -5,10 +5,12 @@ streamed through a TMA ring by a loader warp of its own.
 At 16 rows the Triton kernel (triton_rmsnorm_gemm_rope.py) holds the largest share of what the
 Llama b16 layer loses to copy (session 35, call 10). gluon_gemm_residual.py, fed the same way,
 won in the b16 blocks; a SwiGLU kernel that wrote each K step's x g on the ring's critical path
-lost. So here a program writes the x g of its whole K slice into shared memory once, after the
-wait for the kernel before it (x by TMA, g in one load, then x g over x in place) (rounded to x's dtype, as the eager norm rounds; 32 KiB at 16
-rows and a 1024-wide slice), with the slice's sum of x^2; the ring then carries W alone, and the
-loader, which reads nothing an earlier kernel writes, never waits for one.
+lost. So here a program writes the x g of its whole K slice into shared memory once (x g over
+x in place, rounded to x's dtype as the eager norm rounds; 32 KiB at 16 rows and a 1024-wide
+slice), with the slice's sum of x^2, and the ring carries W alone. The warpgroup loads the
+slice's g before the wait for the kernel before this one (g and W are never written by a
+kernel); the loader warp fills the ring with W before that wait and brings the slice's x by
+TMA after it.
 
 A q/k program takes 64 rotation pairs of one head (rows j and j + d/2 of W_qk, which rope mixes:
 two 64-row wgmma accumulators, so each pair sits in the same thread's registers), a v program
@@ -19,9 +21,10 @@ partials and x^2 sums, and the last of a tile's programs to arrive (an acq_rel c
 warpgroup's barrier) adds them in a fixed order, runs the epilogue and resets the count.
 
 Runs on sm_90 with bf16 or fp16 contiguous x, g and weights, head_dim / 2 a multiple of 64, K a
-multiple of 8 (TMA's 16-byte strides) and 16-byte aligned x and weights; anything else is a ValueError
-naming what (the Triton candidate takes it). Gluon has no interpreter: the CPU tests build it for
-sm_90; its GPU tests are written and not yet run (session 35 had no device time left)."""
+multiple of 8 (TMA's 16-byte strides) and 16-byte aligned x and weights; anything else is a
+ValueError naming what (the Triton candidate takes it). Gluon has no interpreter: the CPU tests
+build it for sm_90 (with the device's Triton 3.6 too, by hand); its GPU tests are written and
+not yet run (sessions 35 and 36 had no device time for it)."""
 
 import functools
 
@@ -48,6 +51,7 @@ PARAMS = {
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+PUBLIC_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
 EPS = 1e-6
 ROWS_W = 64  # W rows of each of a program's two tiles: one wgmma is 64 rows tall
@@ -75,70 +79,104 @@ def _gdc_launch_dependents():
 
 
 @gluon.jit
-def _loader(wqk_desc, wv_desc, w_smem, ready, free, is_qk, row_a, row_b, k0, n_steps,
-            CHUNKS: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """One warp: each step's two W tiles (rows row_a.. and row_b.. of W_qk or W_v) as soon as
-    the warpgroup has given their buffer back (a fresh barrier passes the first wait, parity
-    1). W is never written by an earlier kernel, so the loader does not wait for one."""
+def _w_step(wqk_desc, wv_desc, w_smem, ready, is_qk, row_a, row_b, k0, j, stage,
+            CHUNKS: gl.constexpr):  # fmt: skip
+    """Step j's two W tiles into the ring's buffer `stage`."""
     step_bytes: gl.constexpr = CHUNKS * 2 * wqk_desc.block_type.nbytes
-    for j in range(n_steps):
-        stage = j % STAGES
-        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
-        mbarrier.expect(ready.index(stage), step_bytes)
-        for c in gl.static_range(CHUNKS):
-            k = k0 + (j * CHUNKS + c) * 64
-            i = 2 * (stage * CHUNKS + c)
-            if is_qk:
-                tma_load(wqk_desc, [row_a, k], ready.index(stage), w_smem.index(i))
-                tma_load(wqk_desc, [row_b, k], ready.index(stage), w_smem.index(i + 1))
-            else:
-                tma_load(wv_desc, [row_a, k], ready.index(stage), w_smem.index(i))
-                tma_load(wv_desc, [row_b, k], ready.index(stage), w_smem.index(i + 1))
+    mbarrier.expect(ready.index(stage), step_bytes)
+    for c in gl.static_range(CHUNKS):
+        k = k0 + (j * CHUNKS + c) * 64
+        i = 2 * (stage * CHUNKS + c)
+        if is_qk:
+            tma_load(wqk_desc, [row_a, k], ready.index(stage), w_smem.index(i))
+            tma_load(wqk_desc, [row_b, k], ready.index(stage), w_smem.index(i + 1))
+        else:
+            tma_load(wv_desc, [row_a, k], ready.index(stage), w_smem.index(i))
+            tma_load(wv_desc, [row_b, k], ready.index(stage), w_smem.index(i + 1))
 
 
 @gluon.jit
-def _write_xg(x_desc, g_ptr, xg_smem, g_smem, x_bar, K, m0, k0, SLICE_CHUNKS: gl.constexpr,
-              G_SPAN: gl.constexpr):  # fmt: skip
-    """The slice's x g (16 rows x SLICE_CHUNKS * 64 columns, zeros past M and K) into shared
-    memory, rounded to x's dtype; returns each row's sum of x^2 over the slice. x comes by TMA
-    into the x g buffer (one barrier for the slice) and g in one load, through shared memory,
-    so that no chunk waits on global memory after the one before it; x g is then written over
-    x in place."""
+def _loader(wqk_desc, wv_desc, x_desc, w_smem, xg_smem, ready, free, x_bar, is_qk, row_a,
+            row_b, m0, k0, n_steps, SLICE_CHUNKS: gl.constexpr, CHUNKS: gl.constexpr,
+            STAGES: gl.constexpr):  # fmt: skip
+    """One warp: the ring's first W tiles before the wait for the kernel before this one (W is
+    never written by a kernel), the slice's x after it (16 rows x SLICE_CHUNKS * 64 columns,
+    zeros past M and K, on one barrier), then each step's W as soon as the warpgroup has given
+    its buffer back (a fresh barrier passes the first wait, parity 1). The warpgroup needs x
+    before it gives any buffer back, so the wait costs the loader nothing."""
+    early = gl.minimum(n_steps, STAGES)
+    for j in range(early):
+        _w_step(wqk_desc, wv_desc, w_smem, ready, is_qk, row_a, row_b, k0, j, j, CHUNKS)
+    _gdc_wait()
     mbarrier.expect(x_bar, SLICE_CHUNKS * x_desc.block_type.nbytes)
     for c in gl.static_range(SLICE_CHUNKS):
         tma_load(x_desc, [m0, k0 + c * 64], x_bar, xg_smem.index(c))
-    g_layout: gl.constexpr = gl.BlockedLayout([8], [32], [4], [0])
-    span = gl.arange(0, G_SPAN, layout=g_layout)
-    k = k0 + span
-    g_smem.store(gl.load(g_ptr + k, mask=(k < K) & (span < SLICE_CHUNKS * 64), other=0.0))
+    for j in range(early, n_steps):
+        stage = j % STAGES
+        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
+        _w_step(wqk_desc, wv_desc, w_smem, ready, is_qk, row_a, row_b, k0, j, stage, CHUNKS)
+
+
+@gluon.jit
+def _load_g(g_ptr, g_smem, K, k0, SLICE_CHUNKS: gl.constexpr, G_SPAN: gl.constexpr):
+    """The slice's g into shared memory, G_SPAN / 64 rows of 64 (a chunk a row, zeros past the
+    slice and K), in one load: g is never written by a kernel, so this comes before the wait
+    for the kernel before this one."""
+    g_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    chunk = gl.arange(0, G_SPAN // 64, layout=gl.SliceLayout(1, g_layout))
+    column = gl.arange(0, 64, layout=gl.SliceLayout(0, g_layout))
+    k = k0 + gl.expand_dims(chunk * 64, 1) + gl.expand_dims(column, 0)
+    g_ok = (k < K) & gl.expand_dims(chunk < SLICE_CHUNKS, 1)
+    g_smem.store(gl.load(g_ptr + k, mask=g_ok, other=0.0))
+
+
+@gluon.jit
+def _write_xg(xg_smem, g_smem, x_bar, SLICE_CHUNKS: gl.constexpr):
+    """The slice's x g into shared memory over the x the loader brought, rounded to x's dtype;
+    returns each row's sum of x^2 over the slice."""
     mbarrier.wait(x_bar, 0)
     cta_barrier()  # every thread's g in shared memory before any reads it
-    x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    g_row: gl.constexpr = gl.SliceLayout(0, x_layout)
-    squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(1, x_layout))
-    for c in gl.static_range(SLICE_CHUNKS):
-        xf = xg_smem.index(c).load(x_layout).to(gl.float32)
-        gf = g_smem.slice(c * 64, 64).load(g_row).to(gl.float32)
-        squares += gl.sum(xf * xf, axis=1)
-        xg_smem.index(c).store((xf * gl.expand_dims(gf, 0)).to(xg_smem.dtype))
+    # Up to 8 chunks a load and a store (the most that divides the slice): the compiler puts a
+    # barrier between each load and store of the buffer, as it cannot see that a thread writes
+    # only what it read, so fewer and larger ones
+    LOW_BIT: gl.constexpr = SLICE_CHUNKS & -SLICE_CHUNKS
+    XG_GROUP: gl.constexpr = 8 if LOW_BIT > 8 else LOW_BIT
+    # The chunks as one rank-3 buffer, the same bytes (each chunk's 128-byte swizzle on its own),
+    # whose groups one load and one store can take (Triton 3.6 reinterprets only whole
+    # buffers of a power-of-two shape: xg_smem has a power-of-two count of chunks)
+    stacked: gl.constexpr = gl.NVMMASharedLayout(128, xg_smem.dtype.primitive_bitwidth, rank=3)
+    if PUBLIC_REINTERPRET:
+        chunks = xg_smem.reinterpret(xg_smem.dtype, xg_smem.shape, stacked)
+    else:  # Triton 3.6
+        chunks = xg_smem._reinterpret(xg_smem.dtype, xg_smem.shape, stacked)
+    x_layout: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [1, 4, 1], [2, 1, 0])
+    g_row: gl.constexpr = gl.SliceLayout(1, x_layout)
+    squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(0, gl.SliceLayout(2, x_layout)))
+    for c in gl.static_range(0, SLICE_CHUNKS, XG_GROUP):
+        group = chunks.slice(c, XG_GROUP)
+        xf = group.load(x_layout).to(gl.float32)
+        gf = g_smem.slice(c, XG_GROUP).load(g_row).to(gl.float32)
+        squares += gl.sum(gl.sum(xf * xf, axis=2), axis=0)
+        group.store((xf * gl.expand_dims(gf, 1)).to(xg_smem.dtype))
     fence_async_shared()
     cta_barrier()  # every thread's x g in shared memory before the products read it
     return squares
 
 
 @gluon.jit
-def _products(w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, x_desc, g_ptr, cos_ptr, sin_ptr, qk_ptr,
+def _products(w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, g_ptr, cos_ptr, sin_ptr, qk_ptr,
               v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, k0, m0, is_qk, row_a,
               row_b, pair0, tile, split, eps, HALF: gl.constexpr, CHUNKS: gl.constexpr,
               STAGES: gl.constexpr, SLICE_CHUNKS: gl.constexpr, G_SPAN: gl.constexpr,
               SPLITS: gl.constexpr,
               LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
-    """One warpgroup: the slice's x g once, then both tiles' sums over the slice's steps; then
-    the epilogue."""
+    """One warpgroup: g before the wait for the kernel before this one, the slice's x g once x
+    has come, then both tiles' sums over the slice's steps; then the epilogue."""
+    _load_g(g_ptr, g_smem, K, k0, SLICE_CHUNKS, G_SPAN)
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
-    squares = _write_xg(x_desc, g_ptr, xg_smem, g_smem, x_bar, K, m0, k0, SLICE_CHUNKS, G_SPAN)
+    squares = _write_xg(xg_smem, g_smem, x_bar, SLICE_CHUNKS)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_X, 16]
     )
@@ -240,9 +278,9 @@ def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_desc, g_ptr, cos_ptr, sin_ptr, qk_pt
 
     dtype: gl.constexpr = wqk_desc.dtype
     w_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS * 2, BLOCK_W, 64], wqk_desc.layout)
-    xg_smem = gl.allocate_shared_memory(dtype, [SLICE_CHUNKS, BLOCK_X, 64], x_desc.layout)
-    g_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    g_smem = gl.allocate_shared_memory(dtype, [G_SPAN], g_layout)
+    xg_smem = gl.allocate_shared_memory(dtype, [G_SPAN // 64, BLOCK_X, 64], x_desc.layout)
+    g_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    g_smem = gl.allocate_shared_memory(dtype, [G_SPAN // 64, 64], g_layout)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     x_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
     mbarrier.init(x_bar, count=1)
@@ -255,15 +293,15 @@ def _rmsnorm_gemm_rope(wqk_desc, wv_desc, x_desc, g_ptr, cos_ptr, sin_ptr, qk_pt
     cta_barrier()
     gl.warp_specialize(
         [
-            (_products, (w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, x_desc, g_ptr, cos_ptr, sin_ptr,
-                         qk_ptr, v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK, N_V, k0, m0,
-                         is_qk, row_a, row_b, pair0, tile, pid_s, eps, HALF, CHUNKS, STAGES,
-                         SLICE_CHUNKS, G_SPAN, SPLITS, LATE_DEPENDENTS)),
-            (_loader, (wqk_desc, wv_desc, w_smem, ready, free, is_qk, row_a, row_b, k0, n_steps,
-                       CHUNKS, STAGES)),
+            (_products, (w_smem, xg_smem, g_smem, x_bar, ready, free, n_steps, g_ptr, cos_ptr,
+                         sin_ptr, qk_ptr, v_ptr, part_ptr, squares_ptr, count_ptr, M, K, N_QK,
+                         N_V, k0, m0, is_qk, row_a, row_b, pair0, tile, pid_s, eps, HALF, CHUNKS,
+                         STAGES, SLICE_CHUNKS, G_SPAN, SPLITS, LATE_DEPENDENTS)),
+            (_loader, (wqk_desc, wv_desc, x_desc, w_smem, xg_smem, ready, free, x_bar, is_qk,
+                       row_a, row_b, m0, k0, n_steps, SLICE_CHUNKS, CHUNKS, STAGES)),
         ],
         [1],
-        [24],
+        [40],
     )  # fmt: skip
 
 
@@ -297,17 +335,20 @@ def shared_bytes(k: int, block_k: int, split_k: int, stages: int) -> int:
     epilogue's two float32 tiles (their change of layout), barriers, with room."""
     per, _ = slice_steps(k, block_k, split_k)
     ring = stages * block_k * 2 * ROWS_W * 2
-    x_g = per * block_k * ROWS_X * 2 + triton.next_power_of_2(per * block_k) * 2
+    x_g = triton.next_power_of_2(per * block_k) * (ROWS_X + 1) * 2
     return ring + x_g + 2 * TILE * 4 + 16 * stages + 1024
 
 
-def _refusal(x, g, w_qk, w_v, half: int, block_k: int, split_k: int, stages: int):
+def _refusal(x, g, w_qk, w_v, cos, sin, block_k: int, split_k: int, stages: int):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (x, g, w_qk, w_v)
     if x.dtype not in (torch.bfloat16, torch.float16) or any(t.dtype != x.dtype for t in tensors):
         return f"needs bf16 or fp16 x, g and weights of one dtype; got {[t.dtype for t in tensors]}"
+    half = cos.shape[1]
     if half % ROWS_W:
         return f"head_dim {2 * half}: head_dim / 2 a multiple of {ROWS_W} only"
+    if w_qk.shape[0] == 0:
+        return "needs q/k rows (w_qk has none)"
     if block_k not in (64, 128):
         return f"block_k {block_k}: 64 or 128 only"
     if stages < 2:
@@ -322,6 +363,8 @@ def _refusal(x, g, w_qk, w_v, half: int, block_k: int, split_k: int, stages: int
         return "needs 16-byte aligned x and weights (TMA)"
     if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
         return f"needs an sm_90 GPU (Hopper); got {x.device}"
+    if any(t.device != x.device for t in (*tensors, cos, sin)):
+        return f"inputs on {[str(t.device) for t in (*tensors, cos, sin)]}: one device only"
     return None
 
 
@@ -333,9 +376,10 @@ def _layout(rows: int, dtype: torch.dtype):
 
 
 def _descriptor(t: torch.Tensor, rows: int = ROWS_W) -> TensorDescriptor:
-    """TMA descriptor of the matrix `t` in rows x 64 tiles (out of bounds reads give zeros)."""
+    """TMA descriptor of the contiguous matrix `t` in rows x 64 tiles (out of bounds reads give
+    zeros). Its row stride is its width, also where torch keeps another for a single row."""
     return TensorDescriptor(
-        t, list(t.shape), list(t.stride()), [rows, CHUNK], _layout(rows, t.dtype)
+        t, list(t.shape), [t.shape[1], 1], [rows, CHUNK], _layout(rows, t.dtype)
     )
 
 
@@ -359,7 +403,7 @@ def kernel(
             f"w_qk and w_v must be (n, {k}) and g ({k},), got {tuple(w_qk.shape)}, "
             f"{tuple(w_v.shape)}, {tuple(g.shape)}"
         )
-    if cos.shape != (m, half) or sin.shape != (m, half) or n_qk % (2 * half):
+    if cos.shape != (m, half) or sin.shape != (m, half) or half == 0 or n_qk % (2 * half):
         raise ValueError(
             f"cos and sin must be ({m}, d/2) with w_qk's rows a multiple of d, got "
             f"{tuple(cos.shape)}, {tuple(sin.shape)}, {n_qk} rows"
@@ -368,7 +412,7 @@ def kernel(
         raise ValueError("x must have at least one column: the norm of an empty row is undefined")
     x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
     cos, sin = cos.contiguous().float(), sin.contiguous().float()
-    why = _refusal(x, g, w_qk, w_v, half, block_k, split_k, num_stages)
+    why = _refusal(x, g, w_qk, w_v, cos, sin, block_k, split_k, num_stages)
     if why is not None:
         raise ValueError(f"gluon RMSNorm + qkv + rope {why}; use triton_rmsnorm_gemm_rope.py")
     qk = torch.empty((m, n_qk), device=x.device, dtype=x.dtype)
@@ -388,9 +432,9 @@ def kernel(
     w_v_desc = _descriptor(w_v) if n_v else _descriptor(w_qk)  # no v programs without rows
     with torch.cuda.device(x.device):
         _rmsnorm_gemm_rope[grid](
-            _descriptor(w_qk), w_v_desc, _descriptor(x, ROWS_X), g, cos, sin, qk, v, parts, squares, counts, m, k,
-            n_qk, n_v, pair_programs, EPS, HALF=half, BLOCK_K=block_k, STEPS=steps,
-            G_SPAN=triton.next_power_of_2(steps * block_k),
-            STAGES=num_stages, SPLITS=splits, LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
+            _descriptor(w_qk), w_v_desc, _descriptor(x, ROWS_X), g, cos, sin, qk, v, parts,
+            squares, counts, m, k, n_qk, n_v, pair_programs, EPS, HALF=half, BLOCK_K=block_k,
+            STEPS=steps, G_SPAN=triton.next_power_of_2(steps * block_k), STAGES=num_stages,
+            SPLITS=splits, LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return qk, v
