@@ -239,6 +239,38 @@ GLUON_QKV_PLANS = [
         ],
     )
 ]
+# The Gluon RMSNorm + gate/up + SwiGLU in the qkv kernel's shape (W alone through the ring,
+# each program's x g written once for its K slice) at both b16 blocks' MLPs, against the Triton
+# configurations of the tables in force in the same sweep. Every configuration fits an SM's
+# shared memory: one slice of K 4096 leaves room for a 4-deep ring of 64 columns only.
+GLUON_SWIGLU_PLANS = [
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "gluon_rmsnorm_gemm_swiglu.py",
+        [shape],
+        [
+            {"split_k": split, "block_k": block_k, "num_stages": stages}
+            for split, block_k, stages in configs
+        ],
+        tag=tag,
+        peers=FUSED_PEERS,
+        rivals=[("triton_rmsnorm_gemm_swiglu.py", table)],
+    )
+    for tag, shape, configs, table in [
+        (
+            "gateup16gluon",
+            "m16-f14336-k4096",
+            [(1, 64, 3), (1, 64, 4), (2, 64, 4), (2, 64, 6), (2, 128, 3), (4, 64, 4), (4, 128, 3)],
+            {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
+        ),
+        (
+            "gateup16mlagluon",
+            "m16-f18432-k7168",
+            [(2, 64, 4), (2, 128, 2), (4, 64, 4), (4, 64, 6), (4, 128, 3), (8, 64, 4)],
+            {"block_n": 64, "block_k": 128, "split_k": 2, "x_ahead": True},
+        ),
+    ]
+]
 # The same four with shallower rings and wider steps (session 35's H100 sweeps: 5 stages of 128
 # columns beat 10, and fewer slices beat more), against the same yardsticks.
 GLUON_RESIDUAL_PLANS += [
@@ -585,6 +617,7 @@ PLANS = [
     ),
     *GLUON_RESIDUAL_PLANS,
     *GLUON_QKV_PLANS,
+    *GLUON_SWIGLU_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

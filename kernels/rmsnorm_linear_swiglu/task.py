@@ -113,6 +113,7 @@ CANDIDATES = {
     "cuda": [
         "triton_rmsnorm_gemv_swiglu.py",
         "triton_rmsnorm_gemm_swiglu.py",
+        "gluon_rmsnorm_gemm_swiglu.py",
         "torch_rmsnorm_linear_swiglu.py",
     ],
     "cpu": ["torch_rmsnorm_linear_swiglu.py"],

@@ -91,3 +91,24 @@ def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
     problems = _problems(*plans[0])
     assert len(problems) == 2
     assert "no shape b2-kv7" in problems[0] and "block_h=128" in problems[1]
+
+
+def test_the_gluon_plans_that_hold_a_slice_of_x_g_fit_an_sms_shared_memory() -> None:
+    """The Gluon qkv and SwiGLU kernels keep their K slice's x g in shared memory beside the
+    ring, so what fits depends on K: a configuration that does not fit is refused on the GPU,
+    a sweep entry lost. Each of their plans' configurations fits at each of its shapes."""
+    module = import_file(SCRIPTS / "bench_tasks_gpu.py")
+    held = {"gluon_rmsnorm_gemm_rope.py", "gluon_rmsnorm_gemm_swiglu.py"}
+    plans = [p for p in module.PLANS if p.candidate in held]
+    assert {p.candidate for p in plans} == held
+    too_big = []
+    for plan in plans:
+        task = load_task(plan.task)
+        kernel = import_file(task.folder / plan.candidate)
+        ks = {s.name: s.dims["k"] for s in task.shapes("cuda")}
+        for shape in plan.shapes:
+            for c in plan.configs:
+                need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
+                if need > kernel.SHARED_BYTES:
+                    too_big.append(f"{plan.tag} {shape} {c}: {need} bytes")
+    assert too_big == []

@@ -9,6 +9,7 @@ import torch
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
     assert_dependents_launch_where_asked,
+    assert_gluon_waits_after_the_weights_and_g,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_weights_stream_before_the_wait,
@@ -16,9 +17,12 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    hopper_build,
     hopper_ptx,
     kept_counts_after_interpreted_calls,
     run_interpreted,
+    setmaxnreg_budgets,
+    sm90_resources,
 )
 
 # Swaps gate and up: silu(up) * gate, right only where the two halves agree.
@@ -138,6 +142,9 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 32}),
             ("triton_rmsnorm_gemm_swiglu.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
             ("triton_rmsnorm_gemm_swiglu.py", {"x_ahead": True, "late_dependents": True}),
+            ("gluon_rmsnorm_gemm_swiglu.py", {}),
+            ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 2, "block_k": 128, "num_stages": 2}),
+            ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 8, "late_dependents": True}),
             ("torch_rmsnorm_linear_swiglu.py", {}),
         ],
     )
@@ -152,6 +159,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         ("triton_rmsnorm_gemv_swiglu.py", {"per_lane": 2, "block_n": 2, "rows": 4}),
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "x_ahead": True}),
+        ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 3}),
+        ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 1, "block_k": 128, "num_stages": 2}),
     ],
 )
 def test_the_fused_kernel_normalises_each_row_on_its_own(task, candidate, params) -> None:
@@ -160,7 +169,7 @@ def test_the_fused_kernel_normalises_each_row_on_its_own(task, candidate, params
     program takes."""
     module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
-    for m, f, k in [(3, 1001, 4104), (4, 64, 8), (9, 300, 4096)]:
+    for m, f, k in [(3, 1001, 4104), (4, 64, 8), (9, 300, 4096), (17, 200, 4096)]:
         x = torch.randn(m, k, generator=gen, device="cuda")
         x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
         x[1] = 0
@@ -300,3 +309,109 @@ want = task.reference(x.double(), g.double(), w.double())
 print(float((got.double() - want).norm() / want.norm()))
 """
     assert float(run_interpreted(script)) < 1e-5
+
+
+GLUON = "gluon_rmsnorm_gemm_swiglu.py"
+
+
+def test_the_gluon_candidate_runs_on_the_gpu_only(task) -> None:
+    assert GLUON in task.candidates["cuda"]
+    assert GLUON not in task.candidates["cpu"]
+
+
+def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """bf16 or fp16 only, K a multiple of 8 (TMA's strides), a ring and a slice of x g that fit
+    shared memory, on an sm_90 GPU: anything else is refused before any launch, pointing to the
+    Triton kernel."""
+    kernel = candidate_module(task, GLUON).kernel
+
+    def inputs(k: int, dtype=torch.bfloat16):
+        return (
+            torch.zeros(2, k, dtype=dtype),
+            torch.ones(k, dtype=dtype),
+            torch.zeros(128, k, dtype=dtype),
+        )
+
+    cases = [
+        (inputs(128, torch.float32), {}, "bf16 or fp16"),
+        (inputs(100), {}, "k 100: a multiple of 8"),
+        (inputs(128), {"block_k": 256}, "block_k 256"),
+        (inputs(128), {"num_stages": 1}, "num_stages 1"),
+        (inputs(4096), {"split_k": 1, "num_stages": 6}, "k 4096 in 1 slices"),
+        (inputs(128), {}, "needs an sm_90 GPU"),  # here on the CPU
+    ]
+    for args, params, why in cases:
+        with pytest.raises(ValueError, match=f"{why}.*use triton_rmsnorm_gemm_swiglu.py"):
+            kernel(*args, **params)
+
+
+@pytest.mark.parametrize(
+    "block_k, stages, splits, late", [(64, 4, 4, False), (128, 4, 2, True), (64, 3, 1, False)]
+)
+def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
+    task, block_k, stages, splits, late
+) -> None:
+    """Built for sm_90 at Llama-3-8B's MLP (K 4096): no spill, shared memory within
+    `shared_bytes` and an SM's, the loader warp on its own register budget, W and x by TMA and
+    the products by wgmma 16 wide, the loader's wait for the kernel before after the ring's first
+    W tiles and the warpgroup's after its g (neither is written by a kernel), the count only with
+    slices."""
+    from triton.runtime.jit import mangle_type
+
+    module = candidate_module(task, GLUON)
+    steps, slices = module.slice_steps(4096, block_k, splits)
+    types = {
+        "w_desc": mangle_type(module._descriptor(torch.zeros(28672, 4096, dtype=torch.bfloat16))),
+        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
+    }
+    types |= {"g_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32", "squares_ptr": "*fp32"}
+    types |= {"count_ptr": "*i32", "eps": "fp32"}
+    types |= dict.fromkeys(("M", "F", "K"), "i32")
+    constexprs = {"BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
+    constexprs["G_SPAN"] = steps * block_k  # a power of two at K 4096
+    constexprs |= {"SPLITS": slices, "LATE_DEPENDENTS": late}
+    compiled = hopper_build(module._rmsnorm_gemm_swiglu, types, constexprs, num_warps=4)
+    used = sm90_resources(compiled)
+    assert used["spill_bytes"] == 0
+    need = module.shared_bytes(4096, block_k, splits, stages)
+    assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    assert 40 in setmaxnreg_budgets(ptx)
+    assert "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
+    assert_gluon_waits_after_the_weights_and_g(ptx)
+    assert ("atom" in ptx) == (slices > 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("late", [False, True])
+def test_the_gluon_kernel_waits_for_the_kernel_that_writes_x(task, late) -> None:
+    """At 16 rows, launched with programmatic dependent launch right after a kernel that writes
+    x late, it reads the new x (W streams early; W and g are never written)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-f14336-k4096")
+    x, g, w = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), g.double(), w.double())
+    assert_waits_for_late_inputs(lambda x: module.kernel(x, g, w, late_dependents=late), (x,), want)
+
+
+@pytest.mark.gpu
+def test_the_gluon_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero(task) -> None:
+    """Replays of one captured call on new x each give the right outputs, and leave every
+    arrival count at 0 (no zero-fill between calls or replays)."""
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-f14336-k4096")
+    x, g, w = task.make_inputs(shape, 3, "cuda")
+    module.kernel(x, g, w, split_k=4)  # the kept counts exist first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = module.kernel(x, g, w, split_k=4)
+    for seed in range(3):
+        x.copy_(task.make_inputs(shape, 10 + seed, "cuda")[0])
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = task.reference(x.double(), g.double(), w.double())
+        torch.testing.assert_close(y.double(), want, atol=2e-2, rtol=2e-2)
+    assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
