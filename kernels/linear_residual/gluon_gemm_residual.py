@@ -254,9 +254,10 @@ def _layout(rows: int, dtype: torch.dtype):
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """TMA descriptor of the matrix `t` in rows x 64 tiles (out of bounds reads give zeros)."""
+    """TMA descriptor of the contiguous matrix `t` in rows x 64 tiles (out of bounds reads give
+    zeros). Its row stride is its width, also where torch keeps another for a single row."""
     return TensorDescriptor(
-        t, list(t.shape), list(t.stride()), [rows, CHUNK], _layout(rows, t.dtype)
+        t, list(t.shape), [t.shape[1], 1], [rows, CHUNK], _layout(rows, t.dtype)
     )
 
 
