@@ -49,7 +49,6 @@ PARAMS = {
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
-PUBLIC_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
 EPS = 1e-6
 ROWS_W = 64  # W rows of each of a program's two tiles: one wgmma is 64 rows tall
@@ -113,15 +112,12 @@ def _loader(w_desc, x_desc, w_smem, xg_smem, ready, free, x_bar, row_gate, row_u
 
 @gluon.jit
 def _load_g(g_ptr, g_smem, K, k0, SLICE_CHUNKS: gl.constexpr, G_SPAN: gl.constexpr):
-    """The slice's g into shared memory, G_SPAN / 64 rows of 64 (a chunk a row, zeros past the
-    slice and K), in one load: g is never written by a kernel, so this comes before the wait
-    for the kernel before this one."""
-    g_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    chunk = gl.arange(0, G_SPAN // 64, layout=gl.SliceLayout(1, g_layout))
-    column = gl.arange(0, 64, layout=gl.SliceLayout(0, g_layout))
-    k = k0 + gl.expand_dims(chunk * 64, 1) + gl.expand_dims(column, 0)
-    g_ok = (k < K) & gl.expand_dims(chunk < SLICE_CHUNKS, 1)
-    g_smem.store(gl.load(g_ptr + k, mask=g_ok, other=0.0))
+    """The slice's g into shared memory (zeros past the slice and K) in one load: g is never
+    written by a kernel, so this comes before the wait for the kernel before this one."""
+    g_layout: gl.constexpr = gl.BlockedLayout([8], [32], [4], [0])
+    span = gl.arange(0, G_SPAN, layout=g_layout)
+    k = k0 + span
+    g_smem.store(gl.load(g_ptr + k, mask=(k < K) & (span < SLICE_CHUNKS * 64), other=0.0))
 
 
 @gluon.jit
@@ -130,28 +126,19 @@ def _write_xg(xg_smem, g_smem, x_bar, SLICE_CHUNKS: gl.constexpr):
     returns each row's sum of x^2 over the slice."""
     mbarrier.wait(x_bar, 0)
     cta_barrier()  # every thread's g in shared memory before any reads it
-    # Up to 8 chunks a load and a store (the most that divides the slice): the compiler puts a
-    # barrier between each load and store of the buffer, as it cannot see that a thread writes
-    # only what it read, so fewer and larger ones
-    LOW_BIT: gl.constexpr = SLICE_CHUNKS & -SLICE_CHUNKS
-    XG_GROUP: gl.constexpr = 8 if LOW_BIT > 8 else LOW_BIT
-    # The chunks as one rank-3 buffer, the same bytes (each chunk's 128-byte swizzle on its own),
-    # whose groups one load and one store can take (Triton 3.6 reinterprets only whole
-    # buffers of a power-of-two shape: xg_smem has a power-of-two count of chunks)
-    stacked: gl.constexpr = gl.NVMMASharedLayout(128, xg_smem.dtype.primitive_bitwidth, rank=3)
-    if PUBLIC_REINTERPRET:
-        chunks = xg_smem.reinterpret(xg_smem.dtype, xg_smem.shape, stacked)
-    else:  # Triton 3.6
-        chunks = xg_smem._reinterpret(xg_smem.dtype, xg_smem.shape, stacked)
-    x_layout: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [1, 4, 1], [2, 1, 0])
-    g_row: gl.constexpr = gl.SliceLayout(1, x_layout)
-    squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(0, gl.SliceLayout(2, x_layout)))
-    for c in gl.static_range(0, SLICE_CHUNKS, XG_GROUP):
-        group = chunks.slice(c, XG_GROUP)
-        xf = group.load(x_layout).to(gl.float32)
-        gf = g_smem.slice(c, XG_GROUP).load(g_row).to(gl.float32)
-        squares += gl.sum(gl.sum(xf * xf, axis=2), axis=0)
-        group.store((xf * gl.expand_dims(gf, 1)).to(xg_smem.dtype))
+    # A chunk at a time: the compiler puts a barrier between each load and store of the buffer
+    # (it cannot see that a thread writes only what it read). Loading and storing several chunks
+    # at once would take a rank-3 view of the buffer, which Triton 3.6 gives only through a
+    # private method (the evaluator refuses those), or unrolled K loops (which spill); the ring's
+    # first W tiles take longer to arrive than this loop to run.
+    x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    g_row: gl.constexpr = gl.SliceLayout(0, x_layout)
+    squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(1, x_layout))
+    for c in gl.static_range(SLICE_CHUNKS):
+        xf = xg_smem.index(c).load(x_layout).to(gl.float32)
+        gf = g_smem.slice(c * 64, 64).load(g_row).to(gl.float32)
+        squares += gl.sum(xf * xf, axis=1)
+        xg_smem.index(c).store((xf * gl.expand_dims(gf, 0)).to(xg_smem.dtype))
     fence_async_shared()
     cta_barrier()  # every thread's x g in shared memory before the products read it
     return squares
@@ -241,9 +228,9 @@ def _rmsnorm_gemm_swiglu(w_desc, x_desc, g_ptr, y_ptr, part_ptr, squares_ptr, co
 
     dtype: gl.constexpr = w_desc.dtype
     w_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS * 2, BLOCK_W, 64], w_desc.layout)
-    xg_smem = gl.allocate_shared_memory(dtype, [G_SPAN // 64, BLOCK_X, 64], x_desc.layout)
-    g_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    g_smem = gl.allocate_shared_memory(dtype, [G_SPAN // 64, 64], g_layout)
+    xg_smem = gl.allocate_shared_memory(dtype, [SLICE_CHUNKS, BLOCK_X, 64], x_desc.layout)
+    g_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    g_smem = gl.allocate_shared_memory(dtype, [G_SPAN], g_layout)
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     x_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
     mbarrier.init(x_bar, count=1)
@@ -298,7 +285,7 @@ def shared_bytes(k: int, block_k: int, split_k: int, stages: int) -> int:
     epilogue's two float32 tiles (their change of layout), barriers, with room."""
     per, _ = slice_steps(k, block_k, split_k)
     ring = stages * block_k * 2 * ROWS_W * 2
-    x_g = triton.next_power_of_2(per * block_k) * (ROWS_X + 1) * 2
+    x_g = per * block_k * ROWS_X * 2 + triton.next_power_of_2(per * block_k) * 2
     return ring + x_g + 2 * TILE * 4 + 16 * stages + 1024
 
 

@@ -170,7 +170,8 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "split_k": 4}),
         ("triton_rmsnorm_gemm_rope.py", {"block_n": 16, "block_k": 128, "x_ahead": True}),
         ("gluon_rmsnorm_gemm_rope.py", {"split_k": 3}),
-        ("gluon_rmsnorm_gemm_rope.py", {"split_k": 1, "block_k": 128, "num_stages": 2}),
+        ("gluon_rmsnorm_gemm_rope.py", {"split_k": 2, "block_k": 128, "num_stages": 2}),
+        ("gluon_rmsnorm_gemm_rope.py", {"split_k": 1, "num_stages": 3}),
     ],
 )
 def test_the_fused_kernel_on_ragged_shapes(task, candidate, params) -> None:
@@ -433,34 +434,43 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
 
 
 @pytest.mark.parametrize(
-    "block_k, stages, splits, late", [(64, 4, 4, False), (128, 4, 4, True), (64, 3, 1, False)]
+    "k, block_k, stages, splits, late",
+    [
+        (4096, 64, 4, 4, False),
+        (4096, 128, 4, 2, True),
+        (4096, 64, 3, 1, False),
+        (7168, 64, 4, 4, False),  # 28 chunks a slice
+        (4104, 64, 4, 3, False),  # 22 chunks a slice, the last slice 21
+    ],
 )
 def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
-    task, block_k, stages, splits, late
+    task, k, block_k, stages, splits, late
 ) -> None:
-    """Built for sm_90 at Llama-3-8B's attention input (K 4096): no spill, shared memory within
-    `shared_bytes` and an SM's, the loader warp on its own register budget, W and x by TMA and
+    """Built for sm_90 at Llama-3-8B's attention input (K 4096) and at K that leave slices of 28
+    and 22 chunks: no spill, shared memory within `shared_bytes`
+    and an SM's, the loader warp on its own register budget, W and x by TMA and
     the products by wgmma 16 wide, the loader's wait for the kernel before after the ring's first
     W tiles and the warpgroup's after its g (neither is written by a kernel), the count only with
     slices."""
+    import triton
     from triton.runtime.jit import mangle_type
 
     module = candidate_module(task, GLUON)
-    steps, slices = module.slice_steps(4096, block_k, splits)
-    desc = mangle_type(module._descriptor(torch.zeros(5120, 4096, dtype=torch.bfloat16)))
-    x_desc = mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16))
+    steps, slices = module.slice_steps(k, block_k, splits)
+    desc = mangle_type(module._descriptor(torch.empty(64, 64, dtype=torch.bfloat16)))
+    x_desc = mangle_type(module._descriptor(torch.empty(16, 64, dtype=torch.bfloat16), 16))
     types = {"wqk_desc": desc, "wv_desc": desc, "x_desc": x_desc}
     types |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32"}
     types |= dict.fromkeys(("g_ptr", "qk_ptr", "v_ptr"), "*bf16")
     types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
     types |= dict.fromkeys(("M", "K", "N_QK", "N_V", "pair_programs"), "i32")
     constexprs = {"HALF": 64, "BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
-    constexprs["G_SPAN"] = steps * block_k  # a power of two at K 4096
+    constexprs["G_SPAN"] = triton.next_power_of_2(steps * block_k)
     constexprs |= {"SPLITS": slices, "LATE_DEPENDENTS": late}
     compiled = hopper_build(module._rmsnorm_gemm_rope, types, constexprs, num_warps=4)
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0
-    need = module.shared_bytes(4096, block_k, splits, stages)
+    need = module.shared_bytes(k, block_k, splits, stages)
     assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
     assert 40 in setmaxnreg_budgets(ptx)

@@ -160,26 +160,31 @@ def test_gpu_candidates_match_the_reference(task) -> None:
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "split_k": 4}),
         ("triton_rmsnorm_gemm_swiglu.py", {"block_n": 64, "block_k": 128, "x_ahead": True}),
         ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 3}),
-        ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 1, "block_k": 128, "num_stages": 2}),
+        ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 2, "block_k": 128, "num_stages": 2}),
+        ("gluon_rmsnorm_gemm_swiglu.py", {"split_k": 1, "num_stages": 3}),
     ],
 )
 def test_the_fused_kernel_normalises_each_row_on_its_own(task, candidate, params) -> None:
     """Rows of very different scales (and one of zeros, where only eps keeps it finite) in one
     launch, a K that leaves lanes short, an f the programs do not divide, and more rows than a
-    program takes."""
+    program takes (the Gluon kernel also in fp16)."""
     module = candidate_module(task, candidate)
     gen = torch.Generator(device="cuda").manual_seed(2)
-    for m, f, k in [(3, 1001, 4104), (4, 64, 8), (9, 300, 4096), (17, 200, 4096)]:
+    shapes = [(3, 1001, 4104), (4, 64, 8), (9, 300, 4096), (17, 200, 4096)]
+    shapes = [(*shape, torch.bfloat16) for shape in shapes]
+    if candidate.startswith("gluon"):
+        shapes.append((6, 136, 2048, torch.float16))
+    for m, f, k, dtype in shapes:
         x = torch.randn(m, k, generator=gen, device="cuda")
         x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
         x[1] = 0
-        x = x.bfloat16()
-        g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).bfloat16()
-        w = torch.randn(2 * f, k, generator=gen, device="cuda").mul_(k**-0.5).bfloat16()
+        x = x.to(dtype)
+        g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).to(dtype)
+        w = torch.randn(2 * f, k, generator=gen, device="cuda").mul_(k**-0.5).to(dtype)
         got = module.kernel(x, g, w, **params).double()
         want = task.reference(x.double(), g.double(), w.double())
         assert torch.isfinite(got).all() and float(got[1].abs().max()) == 0.0
-        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} f{f} k{k}")
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} f{f} k{k} {dtype}")
 
 
 @pytest.mark.gpu
@@ -346,34 +351,43 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
 
 
 @pytest.mark.parametrize(
-    "block_k, stages, splits, late", [(64, 4, 4, False), (128, 4, 2, True), (64, 3, 1, False)]
+    "k, block_k, stages, splits, late",
+    [
+        (4096, 64, 4, 4, False),
+        (4096, 128, 4, 2, True),
+        (4096, 64, 3, 1, False),
+        (7168, 64, 4, 4, False),  # 28 chunks a slice
+        (4104, 64, 4, 3, False),  # 22 chunks a slice, the last slice 21
+    ],
 )
 def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
-    task, block_k, stages, splits, late
+    task, k, block_k, stages, splits, late
 ) -> None:
-    """Built for sm_90 at Llama-3-8B's MLP (K 4096): no spill, shared memory within
+    """Built for sm_90 at Llama-3-8B's MLP (K 4096), DeepSeek-V3's (K 7168: slices of 28 chunks)
+    and a ragged K (22 chunks a slice): no spill, shared memory within
     `shared_bytes` and an SM's, the loader warp on its own register budget, W and x by TMA and
     the products by wgmma 16 wide, the loader's wait for the kernel before after the ring's first
     W tiles and the warpgroup's after its g (neither is written by a kernel), the count only with
     slices."""
+    import triton
     from triton.runtime.jit import mangle_type
 
     module = candidate_module(task, GLUON)
-    steps, slices = module.slice_steps(4096, block_k, splits)
+    steps, slices = module.slice_steps(k, block_k, splits)
     types = {
-        "w_desc": mangle_type(module._descriptor(torch.zeros(28672, 4096, dtype=torch.bfloat16))),
-        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
+        "w_desc": mangle_type(module._descriptor(torch.empty(64, 64, dtype=torch.bfloat16))),
+        "x_desc": mangle_type(module._descriptor(torch.empty(16, 64, dtype=torch.bfloat16), 16)),
     }
     types |= {"g_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32", "squares_ptr": "*fp32"}
     types |= {"count_ptr": "*i32", "eps": "fp32"}
     types |= dict.fromkeys(("M", "F", "K"), "i32")
     constexprs = {"BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
-    constexprs["G_SPAN"] = steps * block_k  # a power of two at K 4096
+    constexprs["G_SPAN"] = triton.next_power_of_2(steps * block_k)
     constexprs |= {"SPLITS": slices, "LATE_DEPENDENTS": late}
     compiled = hopper_build(module._rmsnorm_gemm_swiglu, types, constexprs, num_warps=4)
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0
-    need = module.shared_bytes(4096, block_k, splits, stages)
+    need = module.shared_bytes(k, block_k, splits, stages)
     assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
     assert 40 in setmaxnreg_budgets(ptx)
