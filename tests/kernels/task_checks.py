@@ -556,3 +556,52 @@ def assert_gluon_waits_after_the_weights_and_g(ptx: str) -> None:
     loader = ptx[ptx.rindex("setmaxnreg.dec", 0, second) : second]
     assert "cp.async.bulk.tensor" in loader
     assert "cp.async.bulk.tensor" in ptx[second:]
+
+
+# (k, block_k, stages, split_k, late_dependents) at which the Gluon x g kernels (the qkv and the
+# SwiGLU ones) are built: Llama-3-8B's K, and K that leave slices of 28 and of 22 chunks (the
+# last one 21).
+GLUON_X_G_BUILDS = [
+    (4096, 64, 4, 4, False),
+    (4096, 128, 4, 2, True),
+    (4096, 64, 3, 1, False),
+    (7168, 64, 4, 4, False),
+    (4104, 64, 4, 3, False),
+]
+
+
+def assert_gluon_x_g_kernel_builds(
+    module: ModuleType,
+    fn,
+    w_names: tuple[str, ...],
+    types: dict[str, str],
+    constexprs: dict,
+    build: tuple[int, int, int, int, bool],
+) -> None:
+    """A Gluon x g kernel (`fn` of the candidate `module`; its W descriptors named `w_names`,
+    its other arguments in `types` and `constexprs`) built for sm_90 at one of
+    GLUON_X_G_BUILDS: no spill, shared memory within the module's `shared_bytes` and an SM's,
+    the loader warp on its own 40 registers, the products by wgmma 16 wide, each partition's
+    wait for the kernel before it in its place, the count only with slices."""
+    import triton
+    from triton.runtime.jit import mangle_type
+
+    k, block_k, stages, split_k, late = build
+    steps, slices = module.slice_steps(k, block_k, split_k)
+    w_type = mangle_type(module._descriptor(torch.empty(64, 64, dtype=torch.bfloat16)))
+    x_type = mangle_type(module._descriptor(torch.empty(16, 64, dtype=torch.bfloat16), 16))
+    types = types | dict.fromkeys(w_names, w_type) | {"x_desc": x_type, "g_ptr": "*bf16"}
+    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    types |= {"M": "i32", "K": "i32"}
+    constexprs = constexprs | {"BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
+    constexprs |= {"G_SPAN": triton.next_power_of_2(steps * block_k), "SPLITS": slices}
+    compiled = hopper_build(fn, types, constexprs | {"LATE_DEPENDENTS": late}, num_warps=4)
+    used = sm90_resources(compiled)
+    assert used["spill_bytes"] == 0
+    need = module.shared_bytes(k, block_k, split_k, stages)
+    assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    assert 40 in setmaxnreg_budgets(ptx)
+    assert "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
+    assert_gluon_waits_after_the_weights_and_g(ptx)
+    assert ("atom" in ptx) == (slices > 1)

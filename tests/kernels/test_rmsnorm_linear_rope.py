@@ -8,7 +8,8 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
-    assert_gluon_waits_after_the_weights_and_g,
+    GLUON_X_G_BUILDS,
+    assert_gluon_x_g_kernel_builds,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
     assert_weights_stream_before_the_wait,
@@ -16,12 +17,9 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
-    hopper_build,
     hopper_ptx,
     kept_counts_after_interpreted_calls,
     run_interpreted,
-    setmaxnreg_budgets,
-    sm90_resources,
 )
 
 # Rotates the wrong way (sin's sign flipped): right only at positions whose sines are all 0.
@@ -433,50 +431,16 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
         kernel(*inputs(128, d=0))
 
 
-@pytest.mark.parametrize(
-    "k, block_k, stages, splits, late",
-    [
-        (4096, 64, 4, 4, False),
-        (4096, 128, 4, 2, True),
-        (4096, 64, 3, 1, False),
-        (7168, 64, 4, 4, False),  # 28 chunks a slice
-        (4104, 64, 4, 3, False),  # 22 chunks a slice, the last slice 21
-    ],
-)
-def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
-    task, k, block_k, stages, splits, late
-) -> None:
-    """Built for sm_90 at Llama-3-8B's attention input (K 4096) and at K that leave slices of 28
-    and 22 chunks: no spill, shared memory within `shared_bytes`
-    and an SM's, the loader warp on its own register budget, W and x by TMA and
-    the products by wgmma 16 wide, the loader's wait for the kernel before after the ring's first
-    W tiles and the warpgroup's after its g (neither is written by a kernel), the count only with
-    slices."""
-    import triton
-    from triton.runtime.jit import mangle_type
-
+@pytest.mark.parametrize("build", GLUON_X_G_BUILDS)
+def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(task, build) -> None:
+    """Built for sm_90 as a warpgroup and a loader warp (assert_gluon_x_g_kernel_builds), W and
+    x by TMA, the loader's wait for the kernel before after the ring's first W tiles and the
+    warpgroup's after its g (neither is written by a kernel)."""
     module = candidate_module(task, GLUON)
-    steps, slices = module.slice_steps(k, block_k, splits)
-    desc = mangle_type(module._descriptor(torch.empty(64, 64, dtype=torch.bfloat16)))
-    x_desc = mangle_type(module._descriptor(torch.empty(16, 64, dtype=torch.bfloat16), 16))
-    types = {"wqk_desc": desc, "wv_desc": desc, "x_desc": x_desc}
-    types |= {"cos_ptr": "*fp32", "sin_ptr": "*fp32"}
-    types |= dict.fromkeys(("g_ptr", "qk_ptr", "v_ptr"), "*bf16")
-    types |= {"part_ptr": "*fp32", "squares_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
-    types |= dict.fromkeys(("M", "K", "N_QK", "N_V", "pair_programs"), "i32")
-    constexprs = {"HALF": 64, "BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
-    constexprs["G_SPAN"] = triton.next_power_of_2(steps * block_k)
-    constexprs |= {"SPLITS": slices, "LATE_DEPENDENTS": late}
-    compiled = hopper_build(module._rmsnorm_gemm_rope, types, constexprs, num_warps=4)
-    used = sm90_resources(compiled)
-    assert used["spill_bytes"] == 0
-    need = module.shared_bytes(k, block_k, splits, stages)
-    assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
-    ptx = compiled.asm["ptx"]
-    assert 40 in setmaxnreg_budgets(ptx)
-    assert "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
-    assert_gluon_waits_after_the_weights_and_g(ptx)
-    assert ("atom" in ptx) == (slices > 1)
+    types = {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "qk_ptr": "*bf16", "v_ptr": "*bf16"}
+    types |= dict.fromkeys(("N_QK", "N_V", "pair_programs"), "i32")
+    fn, w_names = module._rmsnorm_gemm_rope, ("wqk_desc", "wv_desc")
+    assert_gluon_x_g_kernel_builds(module, fn, w_names, types, {"HALF": 64}, build)
 
 
 @pytest.mark.gpu
