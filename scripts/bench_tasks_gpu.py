@@ -285,6 +285,40 @@ GLUON_RESIDUAL_PLANS += [
     )
     for plan in GLUON_RESIDUAL_PLANS
 ]
+# The two Gluon kernels at one row, the Llama b1 layer's o projection and qkv (session 26: at b1
+# the o GEMV ends 4.6 us a layer after its bytes at copy, its head start before the wait held to
+# what its registers hold, about 13 of 33.6 MB): their rings hold W that the loader asks for
+# before the wait, 80 KiB a program at 5 stages of 128 columns. Split K keeps the SMs busy (64
+# tiles of 64 rows at n 4096). Against the Triton GEMVs of the tables in force.
+GLUON_ONE_ROW_PLANS = [
+    Plan(
+        "linear_residual",
+        "gluon_gemm_residual.py",
+        ["m1-n4096-k4096"],
+        [
+            {"split_k": split, "block_k": block_k, "num_stages": stages, "late_dependents": late}
+            for split in (2, 4, 8)
+            for block_k, stages in ((128, 5), (64, 10))
+            for late in (False, True)
+        ],
+        tag="o1gluon",
+        peers=FUSED_PEERS,
+        rivals=[("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8})],
+    ),
+    Plan(
+        "rmsnorm_linear_rope",
+        "gluon_rmsnorm_gemm_rope.py",
+        ["m1-qk40-v8-d128-k4096"],
+        [
+            {"split_k": split, "block_k": block_k, "num_stages": stages}
+            for split in (4, 8)
+            for block_k, stages in ((64, 4), (64, 6), (128, 3))
+        ],
+        tag="qkv1gluon",
+        peers=FUSED_PEERS,
+        rivals=[("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})],
+    ),
+]
 
 
 PLANS = [
@@ -618,6 +652,7 @@ PLANS = [
     *GLUON_RESIDUAL_PLANS,
     *GLUON_QKV_PLANS,
     *GLUON_SWIGLU_PLANS,
+    *GLUON_ONE_ROW_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran
