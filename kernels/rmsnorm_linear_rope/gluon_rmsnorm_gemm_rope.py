@@ -23,8 +23,8 @@ warpgroup's barrier) adds them in a fixed order, runs the epilogue and resets th
 Runs on sm_90 with bf16 or fp16 contiguous x, g and weights, head_dim / 2 a multiple of 64, K a
 multiple of 8 (TMA's 16-byte strides) and 16-byte aligned x and weights; anything else is a
 ValueError naming what (the Triton candidate takes it). Gluon has no interpreter: the CPU tests
-build it for sm_90 (with the device's Triton 3.6 too, by hand); its GPU tests are written and
-not yet run (sessions 35 and 36 had no device time for it)."""
+build it for sm_90, with the device's Triton 3.6.0 too (tests/kernels/test_device_triton.py); its
+GPU tests are written and not yet run (sessions 35 and 36 had no device time for it)."""
 
 import functools
 
@@ -132,11 +132,11 @@ def _write_xg(xg_smem, g_smem, x_bar, SLICE_CHUNKS: gl.constexpr):
     returns each row's sum of x^2 over the slice."""
     mbarrier.wait(x_bar, 0)
     cta_barrier()  # every thread's g in shared memory before any reads it
-    # A chunk at a time, with two barriers a chunk: the compiler cannot see that a thread writes
-    # only what it read. Several chunks a load and a store would take a rank-3 view of the buffer,
-    # which Triton 3.6 gives only through a private method (the evaluator refuses those), or
-    # unrolled K loops (which spilled). By estimate the loop runs in about 1 us at 16 chunks,
-    # while the ring's first W tiles (64 KiB a program) take longer than that to arrive.
+    # A chunk at a time, with a barrier or two a chunk: the compiler cannot see that a thread
+    # writes only what it read. Several chunks a load and a store would take a rank-3 view of
+    # the buffer, which Triton 3.6 gives only through a private method (the evaluator refuses
+    # those), or unrolled K loops (which spilled). By estimate the loop runs in about 1 us at 16
+    # chunks, while the ring's first W tiles (64 KiB a program) take longer than that to arrive.
     x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     g_row: gl.constexpr = gl.SliceLayout(0, x_layout)
     squares = gl.zeros([BLOCK_X], gl.float32, gl.SliceLayout(1, x_layout))

@@ -549,12 +549,14 @@ print(json.dumps([int(c.abs().sum()) for c in m._COUNTS[torch.device("cpu")]]))
 
 def assert_gluon_waits_after_the_weights_and_g(ptx: str) -> None:
     """The Gluon x g kernels' two griddepcontrol.waits in their places: the warpgroup's (first in
-    the PTX) after its load of g, with no TMA of its own; the loader warp's (from its register
-    budget's setmaxnreg.dec on) after W's first TMAs, with more TMAs (x's, W's) after it."""
+    the PTX) after its load of g, the warpgroup issuing no TMA at all; the loader warp's (from its
+    register budget's setmaxnreg.dec on) after W's first TMAs, with more TMAs (x's, W's) after
+    it."""
     first, second = (m.start() for m in re.finditer(r"griddepcontrol\.wait", ptx))
-    assert "ld.global" in ptx[:first] and "cp.async.bulk.tensor" not in ptx[:first]
-    loader = ptx[ptx.rindex("setmaxnreg.dec", 0, second) : second]
-    assert "cp.async.bulk.tensor" in loader
+    loader_start = ptx.rindex("setmaxnreg.dec", 0, second)
+    assert "ld.global" in ptx[:first]
+    assert "cp.async.bulk.tensor" not in ptx[:loader_start]
+    assert "cp.async.bulk.tensor" in ptx[loader_start:second]
     assert "cp.async.bulk.tensor" in ptx[second:]
 
 

@@ -28,7 +28,7 @@ BUILD_TESTS = [
 
 
 def test_the_gluon_kernels_build_with_the_devices_triton() -> None:
-    if not (DEVICE_TRITON / "triton").is_dir():
+    if not (DEVICE_TRITON / f"triton-{VERSION}.dist-info").is_dir():
         pytest.skip(
             f"no Triton {VERSION} in {DEVICE_TRITON} (`uv pip install --python .venv/bin/python "
             f"--target .ci/device-triton --no-deps triton=={VERSION}`, as .ci/run does)"

@@ -150,9 +150,6 @@ def test_gpu_candidates_match_the_reference(task) -> None:
             ("triton_rmsnorm_gemm_rope.py", {}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 1, "block_n": 64}),
             ("triton_rmsnorm_gemm_rope.py", {"split_k": 4, "block_n": 64, "x_ahead": True}),
-            ("gluon_rmsnorm_gemm_rope.py", {}),
-            ("gluon_rmsnorm_gemm_rope.py", {"split_k": 2, "block_k": 128, "num_stages": 2}),
-            ("gluon_rmsnorm_gemm_rope.py", {"split_k": 8, "late_dependents": True}),
             ("torch_rmsnorm_linear_rope.py", {}),
         ],
     )
@@ -396,6 +393,22 @@ def test_a_chain_of_the_batch16_fold_kernels_replays_bit_for_bit(task) -> None:
 
 
 GLUON = "gluon_rmsnorm_gemm_rope.py"
+
+
+@pytest.mark.gpu
+def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
+    """At every task shape: the defaults (4 slices of 64-column steps), 2 slices of 128, and 8
+    slices launching the next kernel only once the products end."""
+    ev = gpu_evaluate(
+        task,
+        [
+            (GLUON, {}),
+            (GLUON, {"split_k": 2, "block_k": 128, "num_stages": 2}),
+            (GLUON, {"split_k": 8, "late_dependents": True}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
 
 
 def test_the_gluon_candidate_runs_on_the_gpu_only(task) -> None:
