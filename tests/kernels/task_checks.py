@@ -560,6 +560,17 @@ def assert_gluon_waits_after_the_weights_and_g(ptx: str) -> None:
     assert "cp.async.bulk.tensor" in ptx[second:]
 
 
+# The Gluon x g kernels' configurations that their GPU tests evaluate at every task shape: the
+# defaults (4 slices of 64-column steps), 2 slices of 128, and 8 slices launching the next kernel
+# only once the products end. Each fits shared memory at every task's K
+# (tests/kernels/test_bench_plans.py).
+GLUON_X_G_EVALUATED = [
+    {},
+    {"split_k": 2, "block_k": 128, "num_stages": 2},
+    {"split_k": 8, "late_dependents": True},
+]
+
+
 # (k, block_k, stages, split_k, late_dependents) at which the Gluon x g kernels (the qkv and the
 # SwiGLU ones) are built: Llama-3-8B's K, and K that leave slices of 28 and of 22 chunks (the
 # last one 21).

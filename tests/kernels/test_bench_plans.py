@@ -4,6 +4,7 @@ configuration with bad-params) and is only seen on the GPU."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 from pathlib import Path
@@ -111,4 +112,28 @@ def test_the_gluon_plans_that_hold_a_slice_of_x_g_fit_an_sms_shared_memory() -> 
                 need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
                 if need > kernel.SHARED_BYTES:
                     too_big.append(f"{plan.tag} {shape} {c}: {need} bytes")
+    assert too_big == []
+
+
+def test_the_gluon_x_g_kernels_gpu_test_configurations_fit_every_task_shape() -> None:
+    """GLUON_X_G_EVALUATED, which the two kernels' GPU tests evaluate at every task shape, fits
+    shared memory at every K of those shapes: a refusal there would fail the GPU test for a
+    reason that is not a kernel bug (session 36's review found one at K 8192)."""
+    from tests.kernels.task_checks import GLUON_X_G_EVALUATED
+
+    too_big = []
+    for task_name, candidate in [
+        ("rmsnorm_linear_rope", "gluon_rmsnorm_gemm_rope.py"),
+        ("rmsnorm_linear_swiglu", "gluon_rmsnorm_gemm_swiglu.py"),
+    ]:
+        task = load_task(task_name)
+        kernel = import_file(task.folder / candidate)
+        signature = inspect.signature(kernel.kernel).parameters
+        defaults = {name: signature[name].default for name in ("block_k", "split_k", "num_stages")}
+        for k in {s.dims["k"] for s in task.shapes("cuda")}:
+            for params in GLUON_X_G_EVALUATED:
+                c = defaults | params
+                need = kernel.shared_bytes(k, c["block_k"], c["split_k"], c["num_stages"])
+                if need > kernel.SHARED_BYTES:
+                    too_big.append(f"{candidate} k {k} {params}: {need} bytes")
     assert too_big == []

@@ -9,6 +9,7 @@ import torch
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
     GLUON_X_G_BUILDS,
+    GLUON_X_G_EVALUATED,
     assert_gluon_x_g_kernel_builds,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
@@ -397,16 +398,8 @@ GLUON = "gluon_rmsnorm_gemm_rope.py"
 
 @pytest.mark.gpu
 def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
-    """At every task shape: the defaults (4 slices of 64-column steps), 2 slices of 128, and 8
-    slices launching the next kernel only once the products end."""
-    ev = gpu_evaluate(
-        task,
-        [
-            (GLUON, {}),
-            (GLUON, {"split_k": 2, "block_k": 128, "num_stages": 2}),
-            (GLUON, {"split_k": 8, "late_dependents": True}),
-        ],
-    )
+    """At every task shape, at each of GLUON_X_G_EVALUATED's configurations."""
+    ev = gpu_evaluate(task, [(GLUON, params) for params in GLUON_X_G_EVALUATED])
     for verdict in ev.verdicts:
         assert verdict.accepted, (verdict.label, verdict.reasons)
 
