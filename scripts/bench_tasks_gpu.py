@@ -216,6 +216,20 @@ GLUON_RESIDUAL_PLANS = [
         ),
     ]
 ]
+# The same four with shallower rings and wider steps (session 35's H100 sweeps: 5 stages of 128
+# columns beat 10, and fewer slices beat more), against the same yardsticks.
+GLUON_RESIDUAL_PLANS += [
+    replace(
+        plan,
+        tag=f"{plan.tag}2",
+        configs=[
+            {**plan.configs[0], "split_k": split, "block_k": block_k, "num_stages": stages}
+            for split in (1, 2)
+            for block_k, stages in ((128, 3), (128, 4), (128, 6), (256, 2), (256, 3))
+        ],
+    )
+    for plan in GLUON_RESIDUAL_PLANS
+]
 # The Gluon RMSNorm + qkv + rope (W alone through the ring; each program's x g written once
 # for its K slice) at the Llama b16 block's attention input, against the block tables' Triton
 # configuration in the same sweep.
@@ -273,25 +287,11 @@ GLUON_SWIGLU_PLANS = [
         ),
     ]
 ]
-# The same four with shallower rings and wider steps (session 35's H100 sweeps: 5 stages of 128
-# columns beat 10, and fewer slices beat more), against the same yardsticks.
-GLUON_RESIDUAL_PLANS += [
-    replace(
-        plan,
-        tag=f"{plan.tag}2",
-        configs=[
-            {**plan.configs[0], "split_k": split, "block_k": block_k, "num_stages": stages}
-            for split in (1, 2)
-            for block_k, stages in ((128, 3), (128, 4), (128, 6), (256, 2), (256, 3))
-        ],
-    )
-    for plan in GLUON_RESIDUAL_PLANS
-]
 # The two Gluon kernels at one row, the Llama b1 layer's o projection and qkv (session 26: at b1
-# the o GEMV ends 4.6 us a layer after its bytes at copy, its head start before the wait held to
-# what its registers hold, about 13 of 33.6 MB): their rings hold W that the loader asks for
-# before the wait, 80 KiB a program at 5 stages of 128 columns. Split K keeps the SMs busy (64
-# tiles of 64 rows at n 4096). Against the Triton GEMVs of the tables in force.
+# the o GEMV ends 4.6 us a layer after its bytes at copy, streaming wave by wave as much as its
+# registers hold): W through a TMA ring from a loader warp, every program resident at once, split
+# K keeping the SMs busy (64 tiles of 64 rows at n 4096). Against the Triton GEMVs of the tables
+# in force.
 GLUON_ONE_ROW_PLANS = [
     Plan(
         "linear_residual",

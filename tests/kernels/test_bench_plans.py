@@ -11,6 +11,7 @@ from pathlib import Path
 
 from loop.evaluator import read_params_space, validate_params
 from loop.tasks import load_task
+from tests.kernels.task_checks import GLUON_X_G_EVALUATED
 from tests.source_files import import_file
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -94,24 +95,41 @@ def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
     assert "no shape b2-kv7" in problems[0] and "block_h=128" in problems[1]
 
 
+def _x_g_configs_too_big(task_name: str, candidate: str, at: dict[str, list[dict]]) -> list[str]:
+    """What of `at` (shape name -> configurations, the kernel's defaults filling what one leaves
+    out) a Gluon x g kernel would refuse for want of shared memory, a line each."""
+    task = load_task(task_name)
+    kernel = import_file(task.folder / candidate)
+    signature = inspect.signature(kernel.kernel).parameters
+    defaults = {name: signature[name].default for name in ("block_k", "split_k", "num_stages")}
+    ks = {s.name: s.dims["k"] for s in task.shapes("cuda")}
+    too_big = []
+    for shape, configs in at.items():
+        for params in configs:
+            c = defaults | params
+            need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
+            if need > kernel.SHARED_BYTES:
+                too_big.append(f"{candidate} {shape} {params}: {need} bytes")
+    return too_big
+
+
+X_G_KERNELS = {
+    "gluon_rmsnorm_gemm_rope.py": "rmsnorm_linear_rope",
+    "gluon_rmsnorm_gemm_swiglu.py": "rmsnorm_linear_swiglu",
+}
+
+
 def test_the_gluon_plans_that_hold_a_slice_of_x_g_fit_an_sms_shared_memory() -> None:
     """The Gluon qkv and SwiGLU kernels keep their K slice's x g in shared memory beside the
     ring, so what fits depends on K: a configuration that does not fit is refused on the GPU,
     a sweep entry lost. Each of their plans' configurations fits at each of its shapes."""
     module = import_file(SCRIPTS / "bench_tasks_gpu.py")
-    held = {"gluon_rmsnorm_gemm_rope.py", "gluon_rmsnorm_gemm_swiglu.py"}
-    plans = [p for p in module.PLANS if p.candidate in held]
-    assert {p.candidate for p in plans} == held
+    plans = [p for p in module.PLANS if p.candidate in X_G_KERNELS]
+    assert {p.candidate for p in plans} == set(X_G_KERNELS)
     too_big = []
     for plan in plans:
-        task = load_task(plan.task)
-        kernel = import_file(task.folder / plan.candidate)
-        ks = {s.name: s.dims["k"] for s in task.shapes("cuda")}
-        for shape in plan.shapes:
-            for c in plan.configs:
-                need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
-                if need > kernel.SHARED_BYTES:
-                    too_big.append(f"{plan.tag} {shape} {c}: {need} bytes")
+        at = dict.fromkeys(plan.shapes, plan.configs)
+        too_big += _x_g_configs_too_big(plan.task, plan.candidate, at)
     assert too_big == []
 
 
@@ -119,21 +137,9 @@ def test_the_gluon_x_g_kernels_gpu_test_configurations_fit_every_task_shape() ->
     """GLUON_X_G_EVALUATED, which the two kernels' GPU tests evaluate at every task shape, fits
     shared memory at every K of those shapes: a refusal there would fail the GPU test for a
     reason that is not a kernel bug (session 36's review found one at K 8192)."""
-    from tests.kernels.task_checks import GLUON_X_G_EVALUATED
-
     too_big = []
-    for task_name, candidate in [
-        ("rmsnorm_linear_rope", "gluon_rmsnorm_gemm_rope.py"),
-        ("rmsnorm_linear_swiglu", "gluon_rmsnorm_gemm_swiglu.py"),
-    ]:
-        task = load_task(task_name)
-        kernel = import_file(task.folder / candidate)
-        signature = inspect.signature(kernel.kernel).parameters
-        defaults = {name: signature[name].default for name in ("block_k", "split_k", "num_stages")}
-        for k in {s.dims["k"] for s in task.shapes("cuda")}:
-            for params in GLUON_X_G_EVALUATED:
-                c = defaults | params
-                need = kernel.shared_bytes(k, c["block_k"], c["split_k"], c["num_stages"])
-                if need > kernel.SHARED_BYTES:
-                    too_big.append(f"{candidate} k {k} {params}: {need} bytes")
+    for candidate, task_name in X_G_KERNELS.items():
+        shapes = [s.name for s in load_task(task_name).shapes("cuda")]
+        at = dict.fromkeys(shapes, GLUON_X_G_EVALUATED)
+        too_big += _x_g_configs_too_big(task_name, candidate, at)
     assert too_big == []
