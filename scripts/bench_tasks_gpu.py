@@ -321,6 +321,61 @@ GLUON_ONE_ROW_PLANS = [
         rivals=[("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})],
     ),
 ]
+# Session 37's sweeps of the x g kernels chose the fewest splits, yet even their best lost: a qkv
+# program takes two 64-row tiles, so a split is 48 programs, and at 1, 2 or 4 splits the
+# busiest SM carries 1/96 of the work (1/132 if spread evenly). These configurations are small
+# enough for three programs an SM at eight splits: 384 programs in one balanced wave. At the
+# gate/up projection (224 programs a split, as the Triton rival's) more splits mean finer waves.
+GLUON_FIT_PLANS = [
+    Plan(
+        "rmsnorm_linear_rope",
+        "gluon_rmsnorm_gemm_rope.py",
+        [shape],
+        [{"split_k": 8, "block_k": 64, "num_stages": stages} for stages in (2, 3)],
+        tag=tag,
+        peers=FUSED_PEERS,
+        rivals=[rival],
+    )
+    for tag, shape, rival in [
+        (
+            "qkv16gluonfit",
+            "m16-qk40-v8-d128-k4096",
+            (
+                "triton_rmsnorm_gemm_rope.py",
+                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
+            ),
+        ),
+        (
+            "qkv1gluonfit",
+            "m1-qk40-v8-d128-k4096",
+            ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8}),
+        ),
+    ]
+] + [
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "gluon_rmsnorm_gemm_swiglu.py",
+        ["m16-f14336-k4096"],
+        [
+            {"split_k": split, "block_k": 64, "num_stages": stages}
+            for split, stages in ((4, 2), (8, 2), (8, 3))
+        ],
+        tag="gateup16gluonfit",
+        peers=FUSED_PEERS,
+        rivals=[
+            (
+                "triton_rmsnorm_gemm_swiglu.py",
+                {
+                    "block_n": 64,
+                    "block_k": 128,
+                    "split_k": 1,
+                    "x_ahead": True,
+                    "late_dependents": True,
+                },
+            )
+        ],
+    )
+]
 
 
 PLANS = [
@@ -655,6 +710,7 @@ PLANS = [
     *GLUON_QKV_PLANS,
     *GLUON_SWIGLU_PLANS,
     *GLUON_ONE_ROW_PLANS,
+    *GLUON_FIT_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran
