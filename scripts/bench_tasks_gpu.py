@@ -323,9 +323,11 @@ GLUON_ONE_ROW_PLANS = [
 ]
 # Session 37's sweeps of the x g kernels chose the fewest splits, yet even their best lost: a qkv
 # program takes two 64-row tiles, so a split is 48 programs, and at 1, 2 or 4 splits the
-# busiest SM carries 1/96 of the work (1/132 if spread evenly). These configurations are small
-# enough for three programs an SM at eight splits: 384 programs in one balanced wave. At the
-# gate/up projection (224 programs a split, as the Triton rival's) more splits mean finer waves.
+# busiest SM carries 1/96 of the work (1/132 if spread evenly). The configurations tagged `fit`
+# are small enough in shared memory for three programs an SM at eight splits; they were slower
+# still (call 2), and its profile said why: uncapped, a build takes 255 registers a thread, so
+# one program an SM. The `regs` plans cap the registers (`programs_per_sm`) to let two or three
+# programs share an SM where their shared memory also fits (tests/kernels/test_bench_plans.py).
 GLUON_FIT_PLANS = [
     Plan(
         "rmsnorm_linear_rope",
@@ -375,6 +377,58 @@ GLUON_FIT_PLANS = [
             )
         ],
     )
+]
+GLUON_REGISTER_PLANS = [
+    Plan(
+        task,
+        candidate,
+        [shape],
+        [
+            {"split_k": split, "block_k": 64, "num_stages": stages, "programs_per_sm": programs}
+            for split, stages, programs in configs
+        ],
+        tag=tag,
+        peers=FUSED_PEERS,
+        rivals=[rival],
+    )
+    for tag, task, candidate, shape, configs, rival in [
+        (
+            "qkv16gluonregs",
+            "rmsnorm_linear_rope",
+            "gluon_rmsnorm_gemm_rope.py",
+            "m16-qk40-v8-d128-k4096",
+            [(4, 4, 2), (8, 2, 3), (8, 3, 3)],
+            (
+                "triton_rmsnorm_gemm_rope.py",
+                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
+            ),
+        ),
+        (
+            "qkv1gluonregs",
+            "rmsnorm_linear_rope",
+            "gluon_rmsnorm_gemm_rope.py",
+            "m1-qk40-v8-d128-k4096",
+            [(4, 4, 2), (8, 2, 3), (8, 3, 3)],
+            ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8}),
+        ),
+        (
+            "gateup16gluonregs",
+            "rmsnorm_linear_swiglu",
+            "gluon_rmsnorm_gemm_swiglu.py",
+            "m16-f14336-k4096",
+            [(2, 2, 2), (8, 2, 3), (4, 3, 2)],
+            (
+                "triton_rmsnorm_gemm_swiglu.py",
+                {
+                    "block_n": 64,
+                    "block_k": 128,
+                    "split_k": 1,
+                    "x_ahead": True,
+                    "late_dependents": True,
+                },
+            ),
+        ),
+    ]
 ]
 
 
@@ -711,6 +765,7 @@ PLANS = [
     *GLUON_SWIGLU_PLANS,
     *GLUON_ONE_ROW_PLANS,
     *GLUON_FIT_PLANS,
+    *GLUON_REGISTER_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

@@ -47,7 +47,13 @@ PARAMS = {
     "split_k": [1, 2, 4, 8],
     "num_stages": [2, 3, 4, 6, 8],
     "late_dependents": [False, True],
+    "programs_per_sm": [1, 2, 3],
 }
+# A thread's register cap (Triton's maxnreg) that lets n programs of two warpgroups share an
+# SM's 64K registers. Uncapped, a warp-specialized build takes 255 a thread, the whole file:
+# one program an SM whatever its shared memory (session 37's profile). Capped, the
+# partitions' setmaxnreg budgets shrink with it (24 and 216 at 128, 24 and 120 at 80).
+REGISTER_CAPS = {1: None, 2: 128, 3: 80}
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
@@ -326,7 +332,7 @@ def shared_bytes(k: int, block_k: int, split_k: int, stages: int) -> int:
     return ring + x_g + 2 * TILE * 4 + 16 * stages + 1024
 
 
-def _refusal(x, g, w_qk, w_v, cos, sin, block_k: int, split_k: int, stages: int):
+def _refusal(x, g, w_qk, w_v, cos, sin, block_k: int, split_k: int, stages: int, programs: int):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (x, g, w_qk, w_v)
     if x.dtype not in (torch.bfloat16, torch.float16) or any(t.dtype != x.dtype for t in tensors):
@@ -340,6 +346,8 @@ def _refusal(x, g, w_qk, w_v, cos, sin, block_k: int, split_k: int, stages: int)
         return f"block_k {block_k}: 64 or 128 only"
     if stages < 2:
         return f"num_stages {stages}: the ring needs 2 buffers at least"
+    if programs not in REGISTER_CAPS:
+        return f"programs_per_sm {programs}: 1, 2 or 3 only"
     k = x.shape[1]
     if k % 8:
         return f"k {k}: a multiple of 8 only (TMA's 16-byte row strides)"
@@ -381,6 +389,7 @@ def kernel(
     split_k: int = 4,
     num_stages: int = 4,
     late_dependents: bool = False,
+    programs_per_sm: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     m, k = x.shape
     half = cos.shape[1]
@@ -399,7 +408,7 @@ def kernel(
         raise ValueError("x must have at least one column: the norm of an empty row is undefined")
     x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
     cos, sin = cos.contiguous().float(), sin.contiguous().float()
-    why = _refusal(x, g, w_qk, w_v, cos, sin, block_k, split_k, num_stages)
+    why = _refusal(x, g, w_qk, w_v, cos, sin, block_k, split_k, num_stages, programs_per_sm)
     if why is not None:
         raise ValueError(f"gluon RMSNorm + qkv + rope {why}; use triton_rmsnorm_gemm_rope.py")
     qk = torch.empty((m, n_qk), device=x.device, dtype=x.dtype)
@@ -423,5 +432,6 @@ def kernel(
             squares, counts, m, k, n_qk, n_v, pair_programs, EPS, HALF=half, BLOCK_K=block_k,
             STEPS=steps, G_SPAN=triton.next_power_of_2(steps * block_k), STAGES=num_stages,
             SPLITS=splits, LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
+            maxnreg=REGISTER_CAPS[programs_per_sm],
         )  # fmt: skip
     return qk, v

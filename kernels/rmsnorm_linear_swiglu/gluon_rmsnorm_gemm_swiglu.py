@@ -46,7 +46,13 @@ PARAMS = {
     "split_k": [1, 2, 4, 8],
     "num_stages": [2, 3, 4, 6, 8],
     "late_dependents": [False, True],
+    "programs_per_sm": [1, 2, 3],
 }
+# A thread's register cap (Triton's maxnreg) that lets n programs of two warpgroups share an
+# SM's 64K registers. Uncapped, a warp-specialized build takes 255 a thread, the whole file:
+# one program an SM whatever its shared memory (session 37's profile of the qkv kernel).
+# Capped, the partitions' setmaxnreg budgets shrink with it (the loader's to 24).
+REGISTER_CAPS = {1: None, 2: 128, 3: 80}
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
@@ -290,7 +296,7 @@ def shared_bytes(k: int, block_k: int, split_k: int, stages: int) -> int:
     return ring + x_g + 2 * TILE * 4 + 16 * stages + 1024
 
 
-def _refusal(x, g, w, block_k: int, split_k: int, stages: int):
+def _refusal(x, g, w, block_k: int, split_k: int, stages: int, programs: int):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (x, g, w)
     if x.dtype not in (torch.bfloat16, torch.float16) or any(t.dtype != x.dtype for t in tensors):
@@ -299,6 +305,8 @@ def _refusal(x, g, w, block_k: int, split_k: int, stages: int):
         return f"block_k {block_k}: 64 or 128 only"
     if stages < 2:
         return f"num_stages {stages}: the ring needs 2 buffers at least"
+    if programs not in REGISTER_CAPS:
+        return f"programs_per_sm {programs}: 1, 2 or 3 only"
     k = x.shape[1]
     if k % 8:
         return f"k {k}: a multiple of 8 only (TMA's 16-byte row strides)"
@@ -337,6 +345,7 @@ def kernel(
     split_k: int = 4,
     num_stages: int = 4,
     late_dependents: bool = False,
+    programs_per_sm: int = 1,
 ) -> torch.Tensor:
     m, k = x.shape
     if w.dim() != 2 or w.shape[0] % 2 or w.shape[1] != k or g.shape != (k,):
@@ -347,7 +356,7 @@ def kernel(
     if k == 0:
         raise ValueError("x must have at least one column: the norm of an empty row is undefined")
     x, g, w = x.contiguous(), g.contiguous(), w.contiguous()
-    why = _refusal(x, g, w, block_k, split_k, num_stages)
+    why = _refusal(x, g, w, block_k, split_k, num_stages, programs_per_sm)
     if why is not None:
         raise ValueError(
             f"gluon RMSNorm + gate/up + SwiGLU {why}; use triton_rmsnorm_gemm_swiglu.py"
@@ -369,6 +378,6 @@ def kernel(
             _descriptor(w), _descriptor(x, ROWS_X), g, y, parts, squares, counts, m, f, k, EPS,
             BLOCK_K=block_k, STEPS=steps, G_SPAN=triton.next_power_of_2(steps * block_k),
             STAGES=num_stages, SPLITS=splits, LATE_DEPENDENTS=bool(late_dependents), num_warps=4,
-            launch_pdl=True,
+            launch_pdl=True, maxnreg=REGISTER_CAPS[programs_per_sm],
         )  # fmt: skip
     return y

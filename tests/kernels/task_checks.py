@@ -568,6 +568,7 @@ GLUON_X_G_EVALUATED = [
     {},
     {"split_k": 2, "block_k": 128, "num_stages": 2},
     {"split_k": 8, "late_dependents": True},
+    {"split_k": 8, "block_k": 64, "num_stages": 3, "programs_per_sm": 2},
 ]
 
 
@@ -581,6 +582,14 @@ GLUON_X_G_BUILDS = [
     (7168, 64, 4, 4, False),
     (4104, 64, 4, 3, False),
 ]
+# (build, programs an SM) of GLUON_X_G_BUILDS and the builds under a register cap
+# (`programs_per_sm`): eight splits of K 4096 at two and three programs an SM, four of K 7168 at
+# two.
+GLUON_X_G_REGISTER_BUILDS = [(build, 1) for build in GLUON_X_G_BUILDS] + [
+    ((4096, 64, 3, 8, False), 2),
+    ((4096, 64, 3, 8, False), 3),
+    ((7168, 64, 4, 4, False), 2),
+]
 
 
 def assert_gluon_x_g_kernel_builds(
@@ -590,12 +599,14 @@ def assert_gluon_x_g_kernel_builds(
     types: dict[str, str],
     constexprs: dict,
     build: tuple[int, int, int, int, bool],
+    programs_per_sm: int = 1,
 ) -> None:
     """A Gluon x g kernel (`fn` of the candidate `module`; its W descriptors named `w_names`,
     its other arguments in `types` and `constexprs`) built for sm_90 at one of
-    GLUON_X_G_BUILDS: no spill, shared memory within the module's `shared_bytes` and an SM's,
-    the loader warp on its own 40 registers, the products by wgmma 16 wide, each partition's
-    wait for the kernel before it in its place, the count only with slices."""
+    GLUON_X_G_BUILDS, under the register cap that lets `programs_per_sm` programs share an SM:
+    no spill, within the cap, shared memory within the module's `shared_bytes` and an SM's, the
+    loader warp on its own budget (40 registers uncapped), the products by wgmma 16 wide, each
+    partition's wait for the kernel before it in its place, the count only with slices."""
     import triton
     from triton.runtime.jit import mangle_type
 
@@ -608,13 +619,17 @@ def assert_gluon_x_g_kernel_builds(
     types |= {"M": "i32", "K": "i32"}
     constexprs = constexprs | {"BLOCK_K": block_k, "STEPS": steps, "STAGES": stages}
     constexprs |= {"G_SPAN": triton.next_power_of_2(steps * block_k), "SPLITS": slices}
-    compiled = hopper_build(fn, types, constexprs | {"LATE_DEPENDENTS": late}, num_warps=4)
+    cap = module.REGISTER_CAPS[programs_per_sm]
+    compiled = hopper_build(
+        fn, types, constexprs | {"LATE_DEPENDENTS": late}, num_warps=4, max_registers=cap
+    )
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0
+    assert used["registers"] * 256 * programs_per_sm <= 65536
     need = module.shared_bytes(k, block_k, split_k, stages)
     assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
-    assert 40 in setmaxnreg_budgets(ptx)
+    assert (24 if cap else 40) in setmaxnreg_budgets(ptx)
     assert "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
     assert_gluon_waits_after_the_weights_and_g(ptx)
     assert ("atom" in ptx) == (slices > 1)

@@ -97,18 +97,21 @@ def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
 
 def _x_g_configs_too_big(task_name: str, candidate: str, at: dict[str, list[dict]]) -> list[str]:
     """What of `at` (shape name -> configurations, the kernel's defaults filling what one leaves
-    out) a Gluon x g kernel would refuse for want of shared memory, a line each."""
+    out) a Gluon x g kernel would refuse for want of shared memory, or could not fit
+    `programs_per_sm` times into an SM's, a line each."""
     task = load_task(task_name)
     kernel = import_file(task.folder / candidate)
     signature = inspect.signature(kernel.kernel).parameters
-    defaults = {name: signature[name].default for name in ("block_k", "split_k", "num_stages")}
+    names = ("block_k", "split_k", "num_stages", "programs_per_sm")
+    defaults = {name: signature[name].default for name in names}
     ks = {s.name: s.dims["k"] for s in task.shapes("cuda")}
     too_big = []
     for shape, configs in at.items():
         for params in configs:
             c = defaults | params
             need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
-            if need > kernel.SHARED_BYTES:
+            # An SM's 228 KiB hold `programs_per_sm` blocks, each with 1 KiB reserved.
+            if need > kernel.SHARED_BYTES or c["programs_per_sm"] * (need + 1024) > 233472:
                 too_big.append(f"{candidate} {shape} {params}: {need} bytes")
     return too_big
 

@@ -8,8 +8,8 @@ import torch
 
 from loop.tasks import load_task
 from tests.kernels.task_checks import (
-    GLUON_X_G_BUILDS,
     GLUON_X_G_EVALUATED,
+    GLUON_X_G_REGISTER_BUILDS,
     assert_gluon_x_g_kernel_builds,
     assert_interpreted_and_mutant_caught,
     assert_shipped_accepted,
@@ -427,6 +427,7 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
         (inputs(100), {}, "k 100: a multiple of 8"),
         (inputs(128), {"block_k": 256}, "block_k 256"),
         (inputs(128), {"num_stages": 1}, "num_stages 1"),
+        (inputs(128), {"programs_per_sm": 4}, "programs_per_sm 4: 1, 2 or 3 only"),
         (inputs(4096), {"split_k": 1, "num_stages": 6}, "k 4096 in 1 slices"),
         (inputs(128), {}, "needs an sm_90 GPU"),  # here on the CPU
     ]
@@ -437,8 +438,8 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
         kernel(*inputs(128, d=0))
 
 
-@pytest.mark.parametrize("build", GLUON_X_G_BUILDS)
-def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(task, build) -> None:
+@pytest.mark.parametrize(("build", "programs"), GLUON_X_G_REGISTER_BUILDS)
+def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(task, build, programs) -> None:
     """Built for sm_90 as a warpgroup and a loader warp (assert_gluon_x_g_kernel_builds), W and
     x by TMA, the loader's wait for the kernel before after the ring's first W tiles and the
     warpgroup's after its g (neither is written by a kernel)."""
@@ -446,7 +447,7 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(task, build) -
     types = {"cos_ptr": "*fp32", "sin_ptr": "*fp32", "qk_ptr": "*bf16", "v_ptr": "*bf16"}
     types |= dict.fromkeys(("N_QK", "N_V", "pair_programs"), "i32")
     fn, w_names = module._rmsnorm_gemm_rope, ("wqk_desc", "wv_desc")
-    assert_gluon_x_g_kernel_builds(module, fn, w_names, types, {"HALF": 64}, build)
+    assert_gluon_x_g_kernel_builds(module, fn, w_names, types, {"HALF": 64}, build, programs)
 
 
 @pytest.mark.gpu
