@@ -328,6 +328,16 @@ GLUON_ONE_ROW_PLANS = [
 # still (call 2), and its profile said why: uncapped, a build takes 255 registers a thread, so
 # one program an SM. The `regs` plans cap the registers (`programs_per_sm`) to let two or three
 # programs share an SM where their shared memory also fits (tests/kernels/test_bench_plans.py).
+# The Triton configurations the block tables run at these shapes: the rivals of the Gluon sweeps.
+QKV16_IN_FORCE = (
+    "triton_rmsnorm_gemm_rope.py",
+    {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
+)
+QKV1_IN_FORCE = ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})
+GATEUP16_IN_FORCE = (
+    "triton_rmsnorm_gemm_swiglu.py",
+    {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
+)
 GLUON_FIT_PLANS = [
     Plan(
         "rmsnorm_linear_rope",
@@ -342,15 +352,12 @@ GLUON_FIT_PLANS = [
         (
             "qkv16gluonfit",
             "m16-qk40-v8-d128-k4096",
-            (
-                "triton_rmsnorm_gemm_rope.py",
-                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
-            ),
+            QKV16_IN_FORCE,
         ),
         (
             "qkv1gluonfit",
             "m1-qk40-v8-d128-k4096",
-            ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8}),
+            QKV1_IN_FORCE,
         ),
     ]
 ] + [
@@ -364,18 +371,7 @@ GLUON_FIT_PLANS = [
         ],
         tag="gateup16gluonfit",
         peers=FUSED_PEERS,
-        rivals=[
-            (
-                "triton_rmsnorm_gemm_swiglu.py",
-                {
-                    "block_n": 64,
-                    "block_k": 128,
-                    "split_k": 1,
-                    "x_ahead": True,
-                    "late_dependents": True,
-                },
-            )
-        ],
+        rivals=[GATEUP16_IN_FORCE],
     )
 ]
 GLUON_REGISTER_PLANS = [
@@ -398,10 +394,7 @@ GLUON_REGISTER_PLANS = [
             "gluon_rmsnorm_gemm_rope.py",
             "m16-qk40-v8-d128-k4096",
             [(4, 4, 2), (8, 2, 3), (8, 3, 3)],
-            (
-                "triton_rmsnorm_gemm_rope.py",
-                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
-            ),
+            QKV16_IN_FORCE,
         ),
         (
             "qkv1gluonregs",
@@ -409,7 +402,7 @@ GLUON_REGISTER_PLANS = [
             "gluon_rmsnorm_gemm_rope.py",
             "m1-qk40-v8-d128-k4096",
             [(4, 4, 2), (8, 2, 3), (8, 3, 3)],
-            ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8}),
+            QKV1_IN_FORCE,
         ),
         (
             "gateup16gluonregs",
@@ -417,16 +410,7 @@ GLUON_REGISTER_PLANS = [
             "gluon_rmsnorm_gemm_swiglu.py",
             "m16-f14336-k4096",
             [(2, 2, 2), (8, 2, 3), (4, 3, 2)],
-            (
-                "triton_rmsnorm_gemm_swiglu.py",
-                {
-                    "block_n": 64,
-                    "block_k": 128,
-                    "split_k": 1,
-                    "x_ahead": True,
-                    "late_dependents": True,
-                },
-            ),
+            GATEUP16_IN_FORCE,
         ),
     ]
 ]
