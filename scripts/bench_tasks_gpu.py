@@ -230,62 +230,73 @@ GLUON_RESIDUAL_PLANS += [
     )
     for plan in GLUON_RESIDUAL_PLANS
 ]
+# The Triton configurations the block tables run where the Gluon RMSNorm + qkv + rope and
+# RMSNorm + gate/up + SwiGLU (the x g kernels) are swept: their rivals in the same sweep.
+QKV16_IN_FORCE = (
+    "triton_rmsnorm_gemm_rope.py",
+    {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
+)
+QKV1_IN_FORCE = ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})
+GATEUP16_IN_FORCE = (
+    "triton_rmsnorm_gemm_swiglu.py",
+    {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
+)
+X_G_KERNELS = {
+    "rmsnorm_linear_rope": "gluon_rmsnorm_gemm_rope.py",
+    "rmsnorm_linear_swiglu": "gluon_rmsnorm_gemm_swiglu.py",
+}
+
+
+def _x_g_configs(rows: list[tuple]) -> list[dict]:
+    """x g kernel configurations from (split_k, block_k, num_stages[, programs_per_sm]) rows."""
+    names = ("split_k", "block_k", "num_stages", "programs_per_sm")
+    return [dict(zip(names[: len(row)], row, strict=True)) for row in rows]
+
+
+def _x_g_plan(tag: str, task: str, shape: str, configs: list[dict], rival: tuple) -> Plan:
+    """A sweep of the task's Gluon x g kernel at one shape against one Triton rival."""
+    return Plan(
+        task, X_G_KERNELS[task], [shape], configs, tag=tag, peers=FUSED_PEERS, rivals=[rival]
+    )
+
+
 # The Gluon RMSNorm + qkv + rope (W alone through the ring; each program's x g written once
-# for its K slice) at the Llama b16 block's attention input, against the block tables' Triton
-# configuration in the same sweep.
+# for its K slice) at the Llama b16 block's attention input.
 GLUON_QKV_PLANS = [
-    Plan(
+    _x_g_plan(
+        "qkv16gluon",
         "rmsnorm_linear_rope",
-        "gluon_rmsnorm_gemm_rope.py",
-        ["m16-qk40-v8-d128-k4096"],
-        [
-            {"split_k": split, "block_k": block_k, "num_stages": stages}
-            for split in (2, 4, 8)
-            for block_k, stages in ((64, 4), (64, 6), (128, 3))
-        ],
-        tag="qkv16gluon",
-        peers=FUSED_PEERS,
-        rivals=[
-            (
-                "triton_rmsnorm_gemm_rope.py",
-                {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
-            )
-        ],
+        "m16-qk40-v8-d128-k4096",
+        _x_g_configs(
+            [(split, bk, st) for split in (2, 4, 8) for bk, st in ((64, 4), (64, 6), (128, 3))]
+        ),
+        QKV16_IN_FORCE,
     )
 ]
-# The Gluon RMSNorm + gate/up + SwiGLU in the qkv kernel's shape (W alone through the ring,
-# each program's x g written once for its K slice) at both b16 blocks' MLPs, against a Triton
-# configuration in the same sweep: at Llama's, the one the tables in force run; at DeepSeek's,
-# where the tables run torch.compile's kernels (the Triton kernel lost to them per op), the
-# Triton kernel's best there, a yardstick only (a sweep times no peer). Every configuration
-# fits an SM's shared memory at its K (tests/kernels/test_bench_plans.py).
+# The Gluon RMSNorm + gate/up + SwiGLU in the qkv kernel's shape at both b16 blocks' MLPs. At
+# DeepSeek's the tables run torch.compile's kernels (the Triton kernel lost to them per op), so
+# the rival there is the Triton kernel's best, a yardstick only (a sweep times no peer). Every
+# configuration fits an SM's shared memory at its K (tests/kernels/test_bench_plans.py).
 GLUON_SWIGLU_PLANS = [
-    Plan(
+    _x_g_plan(
+        "gateup16gluon",
         "rmsnorm_linear_swiglu",
-        "gluon_rmsnorm_gemm_swiglu.py",
-        [shape],
-        [
-            {"split_k": split, "block_k": block_k, "num_stages": stages}
-            for split, block_k, stages in configs
-        ],
-        tag=tag,
-        peers=FUSED_PEERS,
-        rivals=[("triton_rmsnorm_gemm_swiglu.py", table)],
-    )
-    for tag, shape, configs, table in [
-        (
-            "gateup16gluon",
-            "m16-f14336-k4096",
-            [(1, 64, 3), (1, 64, 4), (2, 64, 4), (2, 64, 6), (2, 128, 3), (4, 64, 4), (4, 128, 3)],
-            {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
+        "m16-f14336-k4096",
+        _x_g_configs(
+            [(1, 64, 3), (1, 64, 4), (2, 64, 4), (2, 64, 6), (2, 128, 3), (4, 64, 4), (4, 128, 3)]
         ),
+        GATEUP16_IN_FORCE,
+    ),
+    _x_g_plan(
+        "gateup16mlagluon",
+        "rmsnorm_linear_swiglu",
+        "m16-f18432-k7168",
+        _x_g_configs([(2, 64, 4), (2, 128, 2), (4, 64, 4), (4, 64, 6), (4, 128, 3), (8, 64, 4)]),
         (
-            "gateup16mlagluon",
-            "m16-f18432-k7168",
-            [(2, 64, 4), (2, 128, 2), (4, 64, 4), (4, 64, 6), (4, 128, 3), (8, 64, 4)],
+            "triton_rmsnorm_gemm_swiglu.py",
             {"block_n": 64, "block_k": 128, "split_k": 2, "x_ahead": True},
         ),
-    ]
+    ),
 ]
 # The two Gluon kernels at one row, the Llama b1 layer's o projection and qkv (session 26: at b1
 # the o GEMV ends 4.6 us a layer after its bytes at copy, streaming wave by wave as much as its
@@ -307,18 +318,14 @@ GLUON_ONE_ROW_PLANS = [
         peers=FUSED_PEERS,
         rivals=[("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8})],
     ),
-    Plan(
+    _x_g_plan(
+        "qkv1gluon",
         "rmsnorm_linear_rope",
-        "gluon_rmsnorm_gemm_rope.py",
-        ["m1-qk40-v8-d128-k4096"],
-        [
-            {"split_k": split, "block_k": block_k, "num_stages": stages}
-            for split in (4, 8)
-            for block_k, stages in ((64, 4), (64, 6), (128, 3))
-        ],
-        tag="qkv1gluon",
-        peers=FUSED_PEERS,
-        rivals=[("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})],
+        "m1-qk40-v8-d128-k4096",
+        _x_g_configs(
+            [(split, bk, st) for split in (4, 8) for bk, st in ((64, 4), (64, 6), (128, 3))]
+        ),
+        QKV1_IN_FORCE,
     ),
 ]
 # Session 37's sweeps of the x g kernels chose the fewest splits, yet even their best lost: a qkv
@@ -328,91 +335,51 @@ GLUON_ONE_ROW_PLANS = [
 # still (call 2), and its profile said why: uncapped, a build takes 255 registers a thread, so
 # one program an SM. The `regs` plans cap the registers (`programs_per_sm`) to let two or three
 # programs share an SM where their shared memory also fits (tests/kernels/test_bench_plans.py).
-# The Triton configurations the block tables run at these shapes: the rivals of the Gluon sweeps.
-QKV16_IN_FORCE = (
-    "triton_rmsnorm_gemm_rope.py",
-    {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
-)
-QKV1_IN_FORCE = ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})
-GATEUP16_IN_FORCE = (
-    "triton_rmsnorm_gemm_swiglu.py",
-    {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
-)
 GLUON_FIT_PLANS = [
-    Plan(
+    _x_g_plan(
+        "qkv16gluonfit",
         "rmsnorm_linear_rope",
-        "gluon_rmsnorm_gemm_rope.py",
-        [shape],
-        [{"split_k": 8, "block_k": 64, "num_stages": stages} for stages in (2, 3)],
-        tag=tag,
-        peers=FUSED_PEERS,
-        rivals=[rival],
-    )
-    for tag, shape, rival in [
-        (
-            "qkv16gluonfit",
-            "m16-qk40-v8-d128-k4096",
-            QKV16_IN_FORCE,
-        ),
-        (
-            "qkv1gluonfit",
-            "m1-qk40-v8-d128-k4096",
-            QKV1_IN_FORCE,
-        ),
-    ]
-] + [
-    Plan(
+        "m16-qk40-v8-d128-k4096",
+        _x_g_configs([(8, 64, 2), (8, 64, 3)]),
+        QKV16_IN_FORCE,
+    ),
+    _x_g_plan(
+        "qkv1gluonfit",
+        "rmsnorm_linear_rope",
+        "m1-qk40-v8-d128-k4096",
+        _x_g_configs([(8, 64, 2), (8, 64, 3)]),
+        QKV1_IN_FORCE,
+    ),
+    _x_g_plan(
+        "gateup16gluonfit",
         "rmsnorm_linear_swiglu",
-        "gluon_rmsnorm_gemm_swiglu.py",
-        ["m16-f14336-k4096"],
-        [
-            {"split_k": split, "block_k": 64, "num_stages": stages}
-            for split, stages in ((4, 2), (8, 2), (8, 3))
-        ],
-        tag="gateup16gluonfit",
-        peers=FUSED_PEERS,
-        rivals=[GATEUP16_IN_FORCE],
-    )
+        "m16-f14336-k4096",
+        _x_g_configs([(4, 64, 2), (8, 64, 2), (8, 64, 3)]),
+        GATEUP16_IN_FORCE,
+    ),
 ]
 GLUON_REGISTER_PLANS = [
-    Plan(
-        task,
-        candidate,
-        [shape],
-        [
-            {"split_k": split, "block_k": 64, "num_stages": stages, "programs_per_sm": programs}
-            for split, stages, programs in configs
-        ],
-        tag=tag,
-        peers=FUSED_PEERS,
-        rivals=[rival],
-    )
-    for tag, task, candidate, shape, configs, rival in [
-        (
-            "qkv16gluonregs",
-            "rmsnorm_linear_rope",
-            "gluon_rmsnorm_gemm_rope.py",
-            "m16-qk40-v8-d128-k4096",
-            [(4, 4, 2), (8, 2, 3), (8, 3, 3)],
-            QKV16_IN_FORCE,
-        ),
-        (
-            "qkv1gluonregs",
-            "rmsnorm_linear_rope",
-            "gluon_rmsnorm_gemm_rope.py",
-            "m1-qk40-v8-d128-k4096",
-            [(4, 4, 2), (8, 2, 3), (8, 3, 3)],
-            QKV1_IN_FORCE,
-        ),
-        (
-            "gateup16gluonregs",
-            "rmsnorm_linear_swiglu",
-            "gluon_rmsnorm_gemm_swiglu.py",
-            "m16-f14336-k4096",
-            [(2, 2, 2), (8, 2, 3), (4, 3, 2)],
-            GATEUP16_IN_FORCE,
-        ),
-    ]
+    _x_g_plan(
+        "qkv16gluonregs",
+        "rmsnorm_linear_rope",
+        "m16-qk40-v8-d128-k4096",
+        _x_g_configs([(4, 64, 4, 2), (8, 64, 2, 3), (8, 64, 3, 3)]),
+        QKV16_IN_FORCE,
+    ),
+    _x_g_plan(
+        "qkv1gluonregs",
+        "rmsnorm_linear_rope",
+        "m1-qk40-v8-d128-k4096",
+        _x_g_configs([(4, 64, 4, 2), (8, 64, 2, 3), (8, 64, 3, 3)]),
+        QKV1_IN_FORCE,
+    ),
+    _x_g_plan(
+        "gateup16gluonregs",
+        "rmsnorm_linear_swiglu",
+        "m16-f14336-k4096",
+        _x_g_configs([(2, 64, 2, 2), (8, 64, 2, 3), (4, 64, 3, 2)]),
+        GATEUP16_IN_FORCE,
+    ),
 ]
 
 
