@@ -381,6 +381,46 @@ GLUON_REGISTER_PLANS = [
         GATEUP16_IN_FORCE,
     ),
 ]
+# The Gluon GEMM + residual builds the same way (255 registers a thread uncapped), so more than
+# one wave of tiles x slices ran as a second wave when its sweeps tried more splits. Capped, two
+# or three programs an SM: the configuration in force (one program an SM) against more slices.
+RESIDUAL_REGISTER_CONFIGS = [
+    (4, 128, 5, 2),
+    (4, 64, 10, 2),
+    (8, 64, 5, 3),
+    (8, 128, 3, 3),
+]
+GLUON_RESIDUAL_REGISTER_PLANS = [
+    Plan(
+        "linear_residual",
+        "gluon_gemm_residual.py",
+        [shape],
+        [
+            {
+                "split_k": split,
+                "block_k": block_k,
+                "num_stages": stages,
+                "late_dependents": late,
+                "programs_per_sm": programs,
+            }
+            for split, block_k, stages, programs in in_force + RESIDUAL_REGISTER_CONFIGS
+        ],
+        tag=tag,
+        peers=FUSED_PEERS,
+        rivals=rivals,
+    )
+    for tag, shape, late, in_force, rivals in [
+        ("o16gluonregs", "m16-n4096-k4096", True, [(1, 128, 5, 1)], []),
+        ("down16gluonregs", "m16-n4096-k14336", True, [(2, 128, 5, 1)], []),
+        (
+            "o1gluonregs",
+            "m1-n4096-k4096",
+            False,
+            [],
+            [("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8})],
+        ),
+    ]
+]
 
 
 PLANS = [
@@ -717,6 +757,7 @@ PLANS = [
     *GLUON_ONE_ROW_PLANS,
     *GLUON_FIT_PLANS,
     *GLUON_REGISTER_PLANS,
+    *GLUON_RESIDUAL_REGISTER_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

@@ -16,7 +16,8 @@ kernel does.
 Launched with programmatic dependent launch: the loader asks for the ring's first W tiles, which
 nothing earlier in the stream writes, before griddepcontrol.wait, and for x only after it; r is
 read and anything written only after the wait. The kernel after this one may launch right after
-the wait, or with `late_dependents` only once the products end.
+the wait, or with `late_dependents` only once the products end. `programs_per_sm` caps a
+thread's registers so that two or three programs share an SM.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, K a multiple of 8 (TMA's 16-byte strides) and
 16-byte aligned x and w; anything else is a ValueError naming what (the Triton candidate takes
@@ -44,7 +45,13 @@ PARAMS = {
     "split_k": [1, 2, 3, 4, 8],
     "num_stages": [2, 3, 4, 5, 6, 8, 10, 12, 16, 20],
     "late_dependents": [False, True],
+    "programs_per_sm": [1, 2, 3],
 }
+# A thread's register cap (Triton's maxnreg) that lets n programs of two warpgroups share an
+# SM's 64K registers. Uncapped, the warp-specialized build takes 255 a thread, one program an
+# SM whatever its shared memory (session 37's profile of its x g siblings): past one wave of
+# tiles x slices, a second wave. Capped, the loader's setmaxnreg budget stays 24.
+REGISTER_CAPS = {1: None, 2: 128, 3: 80}
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
@@ -224,7 +231,7 @@ def slice_steps(k: int, block_k: int, split_k: int) -> tuple[int, int]:
     return per, triton.cdiv(steps, per)
 
 
-def _refusal(x, w, r, block_k: int, stages: int):
+def _refusal(x, w, r, block_k: int, stages: int, programs: int):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     if x.dtype not in (torch.bfloat16, torch.float16) or {w.dtype, r.dtype} != {x.dtype}:
         return f"needs bf16 or fp16 inputs of one dtype; got {x.dtype}, {w.dtype}, {r.dtype}"
@@ -234,6 +241,8 @@ def _refusal(x, w, r, block_k: int, stages: int):
         return f"num_stages {stages}: the ring needs 2 buffers at least"
     if shared_bytes(block_k, stages) > SHARED_BYTES:
         return f"block_k {block_k} at {stages} stages needs {shared_bytes(block_k, stages)} bytes"
+    if programs not in REGISTER_CAPS:
+        return f"programs_per_sm {programs}: 1, 2 or 3 only"
     k = x.shape[1]
     if k % 8:
         return f"k {k}: a multiple of 8 only (TMA's 16-byte row strides)"
@@ -269,6 +278,7 @@ def kernel(
     split_k: int = 2,
     num_stages: int = 8,
     late_dependents: bool = False,
+    programs_per_sm: int = 1,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -277,7 +287,7 @@ def kernel(
             f"w must be (n, {k}) and r ({m}, n), got {tuple(w.shape)}, {tuple(r.shape)}"
         )
     x, w, r = x.contiguous(), w.contiguous(), r.contiguous()
-    why = _refusal(x, w, r, block_k, num_stages)
+    why = _refusal(x, w, r, block_k, num_stages, programs_per_sm)
     if why is not None:
         raise ValueError(f"gluon GEMM + residual {why}; use triton_gemm_residual.py")
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
@@ -298,5 +308,6 @@ def kernel(
             _descriptor(w, ROWS_W), _descriptor(x, ROWS_X), r, y, parts, counts, m, n, k, steps,
             BLOCK_K=block_k, STAGES=num_stages, SPLITS=splits,
             LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
+            maxnreg=REGISTER_CAPS[programs_per_sm],
         )  # fmt: skip
     return y

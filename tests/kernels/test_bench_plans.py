@@ -146,3 +146,22 @@ def test_the_gluon_x_g_kernels_gpu_test_configurations_fit_every_task_shape() ->
         at = dict.fromkeys(shapes, GLUON_X_G_EVALUATED)
         too_big += _x_g_configs_too_big(task_name, candidate, at)
     assert too_big == []
+
+
+def test_the_gluon_residual_plans_fit_their_programs_into_an_sms_shared_memory() -> None:
+    """Each configuration of the Gluon GEMM + residual's plans fits shared memory
+    `programs_per_sm` times over (the register cap lets that many share an SM only where their
+    rings fit too)."""
+    module = import_file(SCRIPTS / "bench_tasks_gpu.py")
+    kernel = import_file(load_task("linear_residual").folder / "gluon_gemm_residual.py")
+    defaults = {n: p.default for n, p in inspect.signature(kernel.kernel).parameters.items()}
+    plans = [p for p in module.PLANS if p.candidate == "gluon_gemm_residual.py"]
+    assert any(c.get("programs_per_sm", 1) > 1 for p in plans for c in p.configs)
+    too_big = []
+    for plan in plans:
+        for params in plan.configs:
+            c = defaults | params
+            need = kernel.shared_bytes(c["block_k"], c["num_stages"])
+            if need > kernel.SHARED_BYTES or c["programs_per_sm"] * (need + 1024) > 233472:
+                too_big.append(f"{plan.tag} {params}: {need} bytes")
+    assert too_big == []

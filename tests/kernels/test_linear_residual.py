@@ -360,6 +360,7 @@ def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None
         (inputs(2, 64, 128), {"block_k": 32}, "block_k 32"),
         (inputs(2, 64, 128), {"num_stages": 1}, "num_stages 1"),
         (inputs(2, 64, 128), {"block_k": 256, "num_stages": 6}, "needs 250"),
+        (inputs(2, 64, 128), {"programs_per_sm": 4}, "programs_per_sm 4: 1, 2 or 3 only"),
         (inputs(2, 64, 128), {}, "needs an sm_90 GPU"),  # here on the CPU
     ]
     for args, params, why in cases:
@@ -383,14 +384,22 @@ def test_the_gluon_slices_cover_k_in_whole_steps_with_none_empty(task) -> None:
 
 
 @pytest.mark.parametrize(
-    "block_k, stages, splits, late", [(128, 8, 2, False), (64, 12, 1, True), (256, 4, 4, False)]
+    "block_k, stages, splits, late, programs",
+    [
+        (128, 8, 2, False, 1),
+        (64, 12, 1, True, 1),
+        (256, 4, 4, False, 1),
+        (128, 5, 4, True, 2),
+        (64, 5, 8, False, 3),
+    ],
 )
 def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
-    task, block_k, stages, splits, late
+    task, block_k, stages, splits, late, programs
 ) -> None:
-    """Built for sm_90 at 4096 x 4096: no spill, the ring within shared memory, the loader warp
-    on its own register budget, W and x by TMA into the ring and multiplied by wgmma 16 wide,
-    and each partition waiting for the kernel before it (griddepcontrol.wait)."""
+    """Built for sm_90 at 4096 x 4096, under the register cap that lets `programs` programs
+    share an SM: no spill, the ring within shared memory (`programs` times within an SM's), the
+    loader warp on its own register budget, W and x by TMA into the ring and multiplied by
+    wgmma 16 wide, and each partition waiting for the kernel before it (griddepcontrol.wait)."""
     from triton.runtime.jit import mangle_type
 
     module = candidate_module(task, GLUON)
@@ -403,10 +412,14 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
     types |= {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
     constexprs = {"BLOCK_K": block_k, "STAGES": stages, "SPLITS": splits, "LATE_DEPENDENTS": late}
-    compiled = hopper_build(module._gemm_residual, types, constexprs, num_warps=4)
+    cap = module.REGISTER_CAPS[programs]
+    compiled = hopper_build(
+        module._gemm_residual, types, constexprs, num_warps=4, max_registers=cap
+    )
     used = sm90_resources(compiled)
-    assert used["spill_bytes"] == 0
+    assert used["spill_bytes"] == 0 and used["registers"] * 256 * programs <= 65536
     assert 0 < used["shared_bytes"] <= module.shared_bytes(block_k, stages) <= module.SHARED_BYTES
+    assert programs * (module.shared_bytes(block_k, stages) + 1024) <= 233472
     ptx = compiled.asm["ptx"]
     assert 24 in setmaxnreg_budgets(ptx)
     assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async.sync.aligned.m64n16k16" in ptx
@@ -423,6 +436,8 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
             (GLUON, {}),
             (GLUON, {"split_k": 1, "block_k": 64, "num_stages": 12}),
             (GLUON, {"split_k": 3, "block_k": 256, "num_stages": 4, "late_dependents": True}),
+            (GLUON, {"split_k": 4, "block_k": 128, "num_stages": 5, "programs_per_sm": 2}),
+            (GLUON, {"split_k": 8, "block_k": 64, "num_stages": 5, "programs_per_sm": 3}),
         ],
     )
     for verdict in ev.verdicts:
@@ -448,6 +463,7 @@ cases = [
     (33, 130, 200, torch.bfloat16, {"split_k": 4, "block_k": 64}),
     (16, 4096, 14336, torch.bfloat16, {"split_k": 8, "block_k": 256, "num_stages": 4}),
     (1, 7168, 18432, torch.bfloat16, {"late_dependents": True}),
+    (16, 4096, 14336, torch.bfloat16, {"split_k": 4, "num_stages": 5, "programs_per_sm": 2}),
 ]
 for m, n, k, dtype, params in cases:
     x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
