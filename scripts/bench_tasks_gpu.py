@@ -156,24 +156,31 @@ GEMVS = {
     "linear_residual": ("cupy_gemv_residual.py", "triton_gemv_residual.py"),
 }
 
+
+def _gluon_configs(rows: list[tuple], **fixed) -> list[dict]:
+    """Gluon kernel configurations from (split_k, block_k, num_stages[, programs_per_sm]) rows,
+    each with the `fixed` parameters."""
+    names = ("split_k", "block_k", "num_stages", "programs_per_sm")
+    return [dict(zip(names[: len(row)], row, strict=True)) | fixed for row in rows]
+
+
 # The Gluon kernel (W through a deeper TMA ring from a loader warp of its own) at the b16
 # blocks' four projections onto the residual stream, against the block tables' Triton
-# configuration in the same sweep: rings of 100 KiB (two programs an SM) or 200 KiB (one).
+# configuration in the same sweep: rings of 100 KiB or 200 KiB (by shared memory two programs an
+# SM or one; uncapped, the build's registers allow one).
 GLUON_RESIDUAL_PLANS = [
     Plan(
         "linear_residual",
         "gluon_gemm_residual.py",
         [shape],
-        [
-            {
-                "split_k": split,
-                "block_k": block_k,
-                "num_stages": stages,
-                "late_dependents": late,
-            }
-            for split in splits
-            for block_k, stages in ((128, 5), (128, 10), (64, 10), (64, 20))
-        ],
+        _gluon_configs(
+            [
+                (split, block_k, stages)
+                for split in splits
+                for block_k, stages in ((128, 5), (128, 10), (64, 10), (64, 20))
+            ],
+            late_dependents=late,
+        ),
         tag=tag,
         peers=FUSED_PEERS,
         rivals=[("triton_gemm_residual.py", table)],
@@ -247,12 +254,6 @@ X_G_KERNELS = {
 }
 
 
-def _x_g_configs(rows: list[tuple]) -> list[dict]:
-    """x g kernel configurations from (split_k, block_k, num_stages[, programs_per_sm]) rows."""
-    names = ("split_k", "block_k", "num_stages", "programs_per_sm")
-    return [dict(zip(names[: len(row)], row, strict=True)) for row in rows]
-
-
 def _x_g_plan(tag: str, task: str, shape: str, configs: list[dict], rival: tuple) -> Plan:
     """A sweep of the task's Gluon x g kernel at one shape against one Triton rival."""
     return Plan(
@@ -267,7 +268,7 @@ GLUON_QKV_PLANS = [
         "qkv16gluon",
         "rmsnorm_linear_rope",
         "m16-qk40-v8-d128-k4096",
-        _x_g_configs(
+        _gluon_configs(
             [(split, bk, st) for split in (2, 4, 8) for bk, st in ((64, 4), (64, 6), (128, 3))]
         ),
         QKV16_IN_FORCE,
@@ -282,7 +283,7 @@ GLUON_SWIGLU_PLANS = [
         "gateup16gluon",
         "rmsnorm_linear_swiglu",
         "m16-f14336-k4096",
-        _x_g_configs(
+        _gluon_configs(
             [(1, 64, 3), (1, 64, 4), (2, 64, 4), (2, 64, 6), (2, 128, 3), (4, 64, 4), (4, 128, 3)]
         ),
         GATEUP16_IN_FORCE,
@@ -291,7 +292,7 @@ GLUON_SWIGLU_PLANS = [
         "gateup16mlagluon",
         "rmsnorm_linear_swiglu",
         "m16-f18432-k7168",
-        _x_g_configs([(2, 64, 4), (2, 128, 2), (4, 64, 4), (4, 64, 6), (4, 128, 3), (8, 64, 4)]),
+        _gluon_configs([(2, 64, 4), (2, 128, 2), (4, 64, 4), (4, 64, 6), (4, 128, 3), (8, 64, 4)]),
         (
             "triton_rmsnorm_gemm_swiglu.py",
             {"block_n": 64, "block_k": 128, "split_k": 2, "x_ahead": True},
@@ -322,7 +323,7 @@ GLUON_ONE_ROW_PLANS = [
         "qkv1gluon",
         "rmsnorm_linear_rope",
         "m1-qk40-v8-d128-k4096",
-        _x_g_configs(
+        _gluon_configs(
             [(split, bk, st) for split in (4, 8) for bk, st in ((64, 4), (64, 6), (128, 3))]
         ),
         QKV1_IN_FORCE,
@@ -340,21 +341,21 @@ GLUON_FIT_PLANS = [
         "qkv16gluonfit",
         "rmsnorm_linear_rope",
         "m16-qk40-v8-d128-k4096",
-        _x_g_configs([(8, 64, 2), (8, 64, 3)]),
+        _gluon_configs([(8, 64, 2), (8, 64, 3)]),
         QKV16_IN_FORCE,
     ),
     _x_g_plan(
         "qkv1gluonfit",
         "rmsnorm_linear_rope",
         "m1-qk40-v8-d128-k4096",
-        _x_g_configs([(8, 64, 2), (8, 64, 3)]),
+        _gluon_configs([(8, 64, 2), (8, 64, 3)]),
         QKV1_IN_FORCE,
     ),
     _x_g_plan(
         "gateup16gluonfit",
         "rmsnorm_linear_swiglu",
         "m16-f14336-k4096",
-        _x_g_configs([(4, 64, 2), (8, 64, 2), (8, 64, 3)]),
+        _gluon_configs([(4, 64, 2), (8, 64, 2), (8, 64, 3)]),
         GATEUP16_IN_FORCE,
     ),
 ]
@@ -363,21 +364,21 @@ GLUON_REGISTER_PLANS = [
         "qkv16gluonregs",
         "rmsnorm_linear_rope",
         "m16-qk40-v8-d128-k4096",
-        _x_g_configs([(4, 64, 4, 2), (8, 64, 2, 3), (8, 64, 3, 3)]),
+        _gluon_configs([(4, 64, 4, 2), (8, 64, 2, 3), (8, 64, 3, 3)]),
         QKV16_IN_FORCE,
     ),
     _x_g_plan(
         "qkv1gluonregs",
         "rmsnorm_linear_rope",
         "m1-qk40-v8-d128-k4096",
-        _x_g_configs([(4, 64, 4, 2), (8, 64, 2, 3), (8, 64, 3, 3)]),
+        _gluon_configs([(4, 64, 4, 2), (8, 64, 2, 3), (8, 64, 3, 3)]),
         QKV1_IN_FORCE,
     ),
     _x_g_plan(
         "gateup16gluonregs",
         "rmsnorm_linear_swiglu",
         "m16-f14336-k4096",
-        _x_g_configs([(2, 64, 2, 2), (8, 64, 2, 3), (4, 64, 3, 2)]),
+        _gluon_configs([(2, 64, 2, 2), (8, 64, 2, 3), (4, 64, 3, 2)]),
         GATEUP16_IN_FORCE,
     ),
 ]
@@ -395,16 +396,7 @@ GLUON_RESIDUAL_REGISTER_PLANS = [
         "linear_residual",
         "gluon_gemm_residual.py",
         [shape],
-        [
-            {
-                "split_k": split,
-                "block_k": block_k,
-                "num_stages": stages,
-                "late_dependents": late,
-                "programs_per_sm": programs,
-            }
-            for split, block_k, stages, programs in in_force + RESIDUAL_REGISTER_CONFIGS
-        ],
+        _gluon_configs(in_force + RESIDUAL_REGISTER_CONFIGS, late_dependents=late),
         tag=tag,
         peers=FUSED_PEERS,
         rivals=rivals,
