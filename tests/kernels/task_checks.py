@@ -266,6 +266,12 @@ def _cuobjdump(compiled, flag: str) -> str:
         ).stdout
 
 
+def fit_an_sm(programs: int, shared_bytes: int) -> bool:
+    """Whether `programs` blocks of `shared_bytes` each fit an sm_90 SM's 228 KiB of shared
+    memory, 1 KiB of it reserved for each block."""
+    return programs * (shared_bytes + 1024) <= 233472
+
+
 def sm90_resources(compiled) -> dict[str, int]:
     """Registers a thread takes, its stack frame in bytes (where spilled registers go:
     `spill_bytes`), and the shared memory a block takes, of a hopper_build result (cuobjdump of

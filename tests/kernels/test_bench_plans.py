@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loop.evaluator import read_params_space, validate_params
 from loop.tasks import load_task
-from tests.kernels.task_checks import GLUON_X_G_EVALUATED
+from tests.kernels.task_checks import GLUON_X_G_EVALUATED, fit_an_sm
 from tests.source_files import import_file
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -110,8 +110,7 @@ def _x_g_configs_too_big(task_name: str, candidate: str, at: dict[str, list[dict
         for params in configs:
             c = defaults | params
             need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
-            # An SM's 228 KiB hold `programs_per_sm` blocks, each with 1 KiB reserved.
-            if need > kernel.SHARED_BYTES or c["programs_per_sm"] * (need + 1024) > 233472:
+            if need > kernel.SHARED_BYTES or not fit_an_sm(c["programs_per_sm"], need):
                 too_big.append(f"{candidate} {shape} {params}: {need} bytes")
     return too_big
 
@@ -162,6 +161,6 @@ def test_the_gluon_residual_plans_fit_their_programs_into_an_sms_shared_memory()
         for params in plan.configs:
             c = defaults | params
             need = kernel.shared_bytes(c["block_k"], c["num_stages"])
-            if need > kernel.SHARED_BYTES or c["programs_per_sm"] * (need + 1024) > 233472:
+            if need > kernel.SHARED_BYTES or not fit_an_sm(c["programs_per_sm"], need):
                 too_big.append(f"{plan.tag} {params}: {need} bytes")
     assert too_big == []
