@@ -336,8 +336,8 @@ GLUON_ONE_ROW_PLANS = [
 # still (call 2), and its profile said why: uncapped, a build takes 255 registers a thread, so
 # one program an SM. The `regs` plans cap the registers (`programs_per_sm`) to let two or three
 # programs share an SM where their shared memory also fits (tests/kernels/test_bench_plans.py).
-# Session 38 ran them: every capped configuration was slower, here and in the residual plans
-# below (docs/benchmarks/2026-12-01-h200-session38.md).
+# Session 38 ran them: no capped configuration beat the kernel in force (each plan's best 5-29 %
+# slower), here or in the residual plans below (docs/benchmarks/2026-12-01-h200-session38.md).
 GLUON_FIT_PLANS = [
     _x_g_plan(
         "qkv16gluonfit",

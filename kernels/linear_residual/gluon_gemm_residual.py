@@ -51,8 +51,8 @@ PARAMS = {
 # SM's 64K registers. Uncapped, the warp-specialized build takes 255 a thread, one program an
 # SM whatever its shared memory (session 37's profile of its x g siblings): past one wave of
 # tiles x slices, a second wave. Capped, the loader's setmaxnreg budget stays 24. Session 38
-# timed capped configurations: slower at every shape swept (each program's fixed costs, not
-# occupancy, bound this kernel).
+# timed capped configurations: slower than the uncapped one in force at every shape swept
+# (each program's fixed costs, not occupancy, bound this kernel).
 REGISTER_CAPS = {1: None, 2: 128, 3: 80}
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
