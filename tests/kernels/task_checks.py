@@ -272,6 +272,12 @@ def fit_an_sm(programs: int, shared_bytes: int) -> bool:
     return programs * (shared_bytes + 1024) <= 233472
 
 
+def registers_fit_an_sm(programs: int, registers: int) -> bool:
+    """Whether `programs` blocks of two warpgroups (256 threads, as a warp-specialized Gluon
+    kernel's) at `registers` a thread fit an SM's 64K registers."""
+    return programs * 256 * registers <= 65536
+
+
 def sm90_resources(compiled) -> dict[str, int]:
     """Registers a thread takes, its stack frame in bytes (where spilled registers go:
     `spill_bytes`), and the shared memory a block takes, of a hopper_build result (cuobjdump of
@@ -631,7 +637,7 @@ def assert_gluon_x_g_kernel_builds(
     )
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0
-    assert used["registers"] * 256 * programs_per_sm <= 65536
+    assert registers_fit_an_sm(programs_per_sm, used["registers"])
     need = module.shared_bytes(k, block_k, split_k, stages)
     assert 0 < used["shared_bytes"] <= need <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]

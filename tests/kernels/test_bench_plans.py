@@ -95,21 +95,24 @@ def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
     assert "no shape b2-kv7" in problems[0] and "block_h=128" in problems[1]
 
 
-def _x_g_configs_too_big(task_name: str, candidate: str, at: dict[str, list[dict]]) -> list[str]:
+def _gluon_configs_too_big(task_name: str, candidate: str, at: dict[str, list[dict]]) -> list[str]:
     """What of `at` (shape name -> configurations, the kernel's defaults filling what one leaves
-    out) a Gluon x g kernel would refuse for want of shared memory, or could not fit
-    `programs_per_sm` times into an SM's, a line each."""
+    out) a Gluon kernel would refuse for want of shared memory, or could not fit
+    `programs_per_sm` times into an SM's, a line each. The kernel's `shared_bytes` takes what it
+    names of k, block_k, split_k and stages (the x g kernels' depends on K, the residual's not)."""
     task = load_task(task_name)
     kernel = import_file(task.folder / candidate)
     signature = inspect.signature(kernel.kernel).parameters
     names = ("block_k", "split_k", "num_stages", "programs_per_sm")
     defaults = {name: signature[name].default for name in names}
+    needs = inspect.signature(kernel.shared_bytes).parameters
     ks = {s.name: s.dims["k"] for s in task.shapes("cuda")}
     too_big = []
     for shape, configs in at.items():
         for params in configs:
             c = defaults | params
-            need = kernel.shared_bytes(ks[shape], c["block_k"], c["split_k"], c["num_stages"])
+            given = {"k": ks[shape], "stages": c["num_stages"]} | c
+            need = kernel.shared_bytes(**{name: given[name] for name in needs})
             if need > kernel.SHARED_BYTES or not fit_an_sm(c["programs_per_sm"], need):
                 too_big.append(f"{candidate} {shape} {params}: {need} bytes")
     return too_big
@@ -131,7 +134,7 @@ def test_the_gluon_plans_that_hold_a_slice_of_x_g_fit_an_sms_shared_memory() -> 
     too_big = []
     for plan in plans:
         at = dict.fromkeys(plan.shapes, plan.configs)
-        too_big += _x_g_configs_too_big(plan.task, plan.candidate, at)
+        too_big += _gluon_configs_too_big(plan.task, plan.candidate, at)
     assert too_big == []
 
 
@@ -143,7 +146,7 @@ def test_the_gluon_x_g_kernels_gpu_test_configurations_fit_every_task_shape() ->
     for candidate, task_name in X_G_KERNELS.items():
         shapes = [s.name for s in load_task(task_name).shapes("cuda")]
         at = dict.fromkeys(shapes, GLUON_X_G_EVALUATED)
-        too_big += _x_g_configs_too_big(task_name, candidate, at)
+        too_big += _gluon_configs_too_big(task_name, candidate, at)
     assert too_big == []
 
 
@@ -152,15 +155,10 @@ def test_the_gluon_residual_plans_fit_their_programs_into_an_sms_shared_memory()
     `programs_per_sm` times over (the register cap lets that many share an SM only where their
     rings fit too)."""
     module = import_file(SCRIPTS / "bench_tasks_gpu.py")
-    kernel = import_file(load_task("linear_residual").folder / "gluon_gemm_residual.py")
-    defaults = {n: p.default for n, p in inspect.signature(kernel.kernel).parameters.items()}
     plans = [p for p in module.PLANS if p.candidate == "gluon_gemm_residual.py"]
     assert any(c.get("programs_per_sm", 1) > 1 for p in plans for c in p.configs)
     too_big = []
     for plan in plans:
-        for params in plan.configs:
-            c = defaults | params
-            need = kernel.shared_bytes(c["block_k"], c["num_stages"])
-            if need > kernel.SHARED_BYTES or not fit_an_sm(c["programs_per_sm"], need):
-                too_big.append(f"{plan.tag} {params}: {need} bytes")
+        at = dict.fromkeys(plan.shapes, plan.configs)
+        too_big += _gluon_configs_too_big(plan.task, plan.candidate, at)
     assert too_big == []
