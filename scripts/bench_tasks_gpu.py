@@ -244,6 +244,7 @@ QKV16_IN_FORCE = (
     {"block_n": 32, "block_k": 128, "split_k": 4, "x_ahead": True},
 )
 QKV1_IN_FORCE = ("triton_rmsnorm_gemv_rope.py", {"block_n": 2, "per_lane": 8})
+O1_IN_FORCE = ("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8})
 GATEUP16_IN_FORCE = (
     "triton_rmsnorm_gemm_swiglu.py",
     {"block_n": 64, "block_k": 128, "split_k": 1, "x_ahead": True, "late_dependents": True},
@@ -317,7 +318,7 @@ GLUON_ONE_ROW_PLANS = [
         ],
         tag="o1gluon",
         peers=FUSED_PEERS,
-        rivals=[("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8})],
+        rivals=[O1_IN_FORCE],
     ),
     _x_g_plan(
         "qkv1gluon",
@@ -411,9 +412,36 @@ GLUON_RESIDUAL_REGISTER_PLANS = [
             "m1-n4096-k4096",
             False,
             [],
-            [("triton_gemv_residual.py", {"block_n": 2, "per_lane": 8})],
+            [O1_IN_FORCE],
         ),
     ]
+]
+
+
+# Session 39: the o projection at one row with its W rows copied into shared memory before the
+# wait (gluon_gemv_residual.py): 32 rows a program (128 programs, one wave), in buffers of 1 to
+# 8 rows, the ring as deep as shared memory allows; against the Triton GEMV in force, which holds
+# what its registers allow. The block A/B (variants in session39/) judges the head start.
+GEMV_SHARED_PLANS = [
+    Plan(
+        "linear_residual",
+        "gluon_gemv_residual.py",
+        ["m1-n4096-k4096"],
+        [
+            {"rows": rows, "block_rows": group, "num_stages": stages, "late_dependents": late}
+            for rows, group, stages in (
+                (32, 4, 7),
+                (32, 8, 3),
+                (32, 2, 16),
+                (32, 1, 16),
+                (64, 8, 3),
+            )
+            for late in (False, True)
+        ],
+        tag="o1shared",
+        peers=FUSED_PEERS,
+        rivals=[O1_IN_FORCE],
+    )
 ]
 
 
@@ -752,6 +780,7 @@ PLANS = [
     *GLUON_FIT_PLANS,
     *GLUON_REGISTER_PLANS,
     *GLUON_RESIDUAL_REGISTER_PLANS,
+    *GEMV_SHARED_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran

@@ -110,6 +110,7 @@ CANDIDATES = {
         "triton_gemv_stream.py",
         "triton_gemm_residual.py",
         "gluon_gemm_residual.py",
+        "gluon_gemv_residual.py",
         "torch_linear_residual.py",
     ],
     "cpu": ["torch_linear_residual.py"],

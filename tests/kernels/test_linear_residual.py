@@ -3,6 +3,8 @@ CuPy kernel compiled by NVRTC here and run only on a GPU)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -488,3 +490,178 @@ print("empty ok", flush=True)
 @pytest.mark.gpu
 def test_the_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
     run_in_child(GLUON_PATHS)
+
+
+GEMV = "gluon_gemv_residual.py"
+
+
+def test_the_gluon_gemv_runs_on_the_gpu_only(task) -> None:
+    assert GEMV in task.candidates["cuda"]
+    assert GEMV not in task.candidates["cpu"]
+
+
+def test_the_gluon_gemv_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """bf16 or fp16 only, K a multiple of the 1024 columns of a step, groups that divide a
+    program's rows, a buffer that fits shared memory, on an sm_90 GPU: anything else is refused
+    before any launch, pointing to the Triton GEMV."""
+    kernel = candidate_module(task, GEMV).kernel
+
+    def inputs(m: int, n: int, k: int, dtype=torch.bfloat16):
+        return (
+            torch.zeros(m, k, dtype=dtype),
+            torch.zeros(n, k, dtype=dtype),
+            torch.zeros(m, n, dtype=dtype),
+        )
+
+    cases = [
+        (inputs(1, 64, 1024, torch.float32), {}, "bf16 or fp16"),
+        (inputs(1, 64, 1000), {}, "k 1000: a positive multiple of 1024"),
+        (inputs(1, 64, 1024), {"rows": 8, "block_rows": 3}, "rows 8 in groups of block_rows 3"),
+        (inputs(1, 64, 1024), {"rows": 12, "block_rows": 8}, "rows 12 in groups of block_rows 8"),
+        (inputs(1, 64, 1024), {"num_stages": 0}, "num_stages 0"),
+        (inputs(1, 8, 16384), {"block_rows": 8}, "block_rows 8 at k 16384: one buffer needs"),
+        (inputs(1, 64, 1024), {}, "needs an sm_90 GPU"),  # here on the CPU
+    ]
+    for args, params, why in cases:
+        with pytest.raises(ValueError, match=f"{why}.*use triton_gemv_residual.py"):
+            kernel(*args, **params)
+    with pytest.raises(ValueError, match=r"w must be \(n, 1024\)"):
+        kernel(torch.zeros(1, 1024), torch.zeros(64, 2048), torch.zeros(1, 64))
+
+
+def test_the_gluon_gemv_ring_takes_as_many_buffers_as_fit(task) -> None:
+    """At Llama's o projection the whole ring, 7 buffers of 4 rows (224 KiB), fits; at the
+    widest K one buffer of 4 rows does and none of 8; never more buffers than groups."""
+    module = candidate_module(task, GEMV)
+    assert module.ring_stages(4096, 32, 4, 7) == 7
+    assert module.ring_stages(4096, 32, 4, 16) == 7  # 8 would not fit
+    assert module.ring_stages(4096, 8, 4, 7) == 2  # two groups
+    assert module.ring_stages(28672, 32, 4, 7) == 1
+    assert module.ring_stages(28672, 32, 8, 7) == 0
+    for k, block_rows in itertools.product((4096, 14336, 18432, 28672), (1, 2, 4)):
+        stages = module.ring_stages(k, 64, block_rows, 16)
+        assert module.shared_bytes(k, block_rows, stages) <= module.SHARED_BYTES
+        assert stages == 16 or not fit_an_sm(1, module.shared_bytes(k, block_rows, stages + 1))
+
+
+@pytest.mark.parametrize(
+    "k, rows, block_rows, stages, late",
+    [
+        (4096, 32, 4, 7, False),  # Llama's o projection: all but one group before the wait
+        (4096, 16, 2, 8, True),  # every group before the wait, no refill
+        (14336, 16, 1, 8, False),
+        (28672, 32, 4, 1, False),  # one buffer, refilled after each group
+    ],
+)
+def test_the_gluon_gemv_copies_w_into_shared_memory_before_the_wait(
+    task, k, rows, block_rows, stages, late
+) -> None:
+    """Built for sm_90: no spill, the ring within shared memory; before griddepcontrol.wait
+    each thread copies its 16-byte pieces of every buffer (cp.async, L1 bypassed)
+    and reads nothing else; after it, x and r are read, the buffers refilled while groups are
+    left, y written, and the next kernel let in right after the wait or, late, after the
+    loop."""
+    module = candidate_module(task, GEMV)
+    types = dict.fromkeys(("w_ptr", "x_ptr", "r_ptr", "y_ptr"), "*bf16")
+    types |= dict.fromkeys(("M", "N"), "i32")
+    constexprs = {"K": k, "ROWS": rows, "GROUP": block_rows, "STAGES": stages}
+    compiled = hopper_build(
+        module._gemv_residual, types, constexprs | {"LATE_DEPENDENTS": late}, num_warps=4
+    )
+    used = sm90_resources(compiled)
+    assert used["spill_bytes"] == 0
+    ring = module.shared_bytes(k, block_rows, stages) - module.shared_bytes(k, block_rows, 0)
+    assert ring <= used["shared_bytes"] <= module.shared_bytes(k, block_rows, stages)
+    assert module.shared_bytes(k, block_rows, stages) <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    before, wait, after = ptx.partition("griddepcontrol.wait")
+    assert wait and "griddepcontrol.wait" not in after
+
+    def copies(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.strip().startswith("cp.async.cg")]
+
+    a_group = block_rows * k // module.STEP  # a thread's 16-byte pieces of one group
+    assert len(copies(before)) == stages * a_group
+    assert all("0x10" in line for line in copies(ptx))  # 16 bytes (evict-first: Triton 3.9)
+    assert "ld.global" not in before and "st.global" not in before
+    refills = rows // block_rows > stages
+    assert len(copies(after)) == (a_group if refills else 0)
+    assert "ld.global" in after and "st.global" in after
+    assert "griddepcontrol.launch_dependents" not in before
+    assert after.count("griddepcontrol.launch_dependents") == 1
+    launch = after.index("griddepcontrol.launch_dependents")
+    if late:
+        assert launch > after.rindex("st.global")
+    else:
+        assert launch < after.index("ld.shared")
+
+
+@pytest.mark.gpu
+def test_the_gluon_gemv_matches_the_reference_on_gpu(task) -> None:
+    ev = gpu_evaluate(
+        task,
+        [
+            (GEMV, {}),
+            (GEMV, {"rows": 16, "block_rows": 2, "num_stages": 8, "late_dependents": True}),
+            (GEMV, {"rows": 64, "block_rows": 8, "num_stages": 3}),
+            (GEMV, {"rows": 8, "block_rows": 1, "num_stages": 2}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("late", [False, True])
+def test_the_gluon_gemv_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
+    """At one row, launched with programmatic dependent launch right after kernels that write x
+    and r late, it still reads the new ones (W is copied in before the wait)."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, GEMV)
+    shape = next(s for s in task.shapes("cuda") if s.name == "m1-n4096-k4096")
+    x, w, r = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(x.double(), w.double(), r.double())
+
+    def run(x, r):
+        return module.kernel(x, w, r, late_dependents=late)
+
+    assert_waits_for_late_inputs(run, (x, r), want)
+
+
+# What the task's GPU shapes leave out: N short of a program's rows and of a group, fp16, rows
+# of x past 4, one buffer refilled after every group, no rows of x; each row's own residual. In
+# a child process with a time limit: a hang fails the test.
+GEMV_PATHS = """
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("linear_residual")
+module = candidate_module(task, "gluon_gemv_residual.py")
+gen = torch.Generator(device="cuda").manual_seed(2)
+cases = [
+    (1, 1000, 1024, torch.bfloat16, {}),
+    (3, 37, 2048, torch.float16, {"rows": 16, "block_rows": 8, "num_stages": 2}),
+    (5, 300, 4096, torch.bfloat16, {"rows": 64, "block_rows": 2, "num_stages": 4}),
+    (2, 130, 28672, torch.bfloat16, {"rows": 32, "block_rows": 4, "num_stages": 7}),
+    (1, 4096, 4096, torch.bfloat16, {"late_dependents": True}),
+]
+for m, n, k, dtype, params in cases:
+    x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
+    w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).to(dtype)
+    r = torch.arange(m * n, device="cuda").reshape(m, n).float().div_(m * n).to(dtype)
+    got = module.kernel(x, w, r, **params).double()
+    want = task.reference(x.double(), w.double(), r.double())
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k} {params}")
+    print(m, n, k, dtype, params, "ok", flush=True)
+x = torch.randn(1, 4096, generator=gen, device="cuda").bfloat16()
+w = torch.randn(4096, 4096, generator=gen, device="cuda").bfloat16()
+assert module.kernel(x[:0], w, x[:0]).shape == (0, 4096)
+print("empty ok", flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_the_gluon_gemv_paths_the_task_shapes_leave_out_on_gpu() -> None:
+    run_in_child(GEMV_PATHS)

@@ -1,0 +1,196 @@
+"""The GEMV with its residual add (y = x W^T + r) in Gluon for Hopper (sm_90), for a few rows of
+x, with a program's W rows brought into shared memory before the wait on the kernel before it.
+
+At one token, Llama's o projection waits on the attention's merge, which waits on its split
+kernel. The Triton GEMV in force (triton_gemv_residual.py) loads W into registers before its
+wait: its first wave holds about 13 MB of the 33.6 MB weight (6 programs of 16 KiB an SM) and the
+rest streams after the wait in 1.6 more waves, the last partial (session 26's profile). Shared
+memory holds 227 KiB a program: here a program takes `rows` consecutive rows of W and copies them
+(cp.async, 16 bytes a thread, L1 bypassed) in groups of `block_rows` rows into a ring of
+`num_stages` buffers, every buffer before the wait. At 32 rows, 4 a group and 7 buffers, 128
+programs (one an SM, one wave) hold 28.7 MB before the wait; each refills one buffer after it.
+
+After the wait a group's rows are dotted with each row of x on the CUDA cores: a thread reads 8
+columns of each of the group's rows from shared memory (16 bytes, a warp 512 contiguous bytes)
+against the same 8 of x (read from L1), 1024 columns a step; the sums cross the warps once a
+group. r is added to the float32 sums before rounding. x and r are read, and y written, only
+after the wait; the kernel after this one may launch right after it, or with `late_dependents`
+once the products end.
+
+Each row of x reads the ring again: it is for one row or a few. The ring takes as many buffers
+as fit shared memory, `num_stages` at most (one at K 28672). Runs on sm_90 with bf16 or fp16
+contiguous inputs, K a positive multiple of 1024 and `rows` a multiple of `block_rows`; anything
+else is a ValueError naming what (the Triton GEMV takes it). Gluon has no interpreter: the CPU tests build it for sm_90, and the GPU
+tests check its outputs."""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+LANGUAGE = "triton"
+PARAMS = {
+    "rows": [8, 16, 32, 64],
+    "block_rows": [1, 2, 4, 8],
+    "num_stages": [2, 3, 4, 5, 6, 7, 8, 12, 16],
+    "late_dependents": [False, True],
+}
+# Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
+cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+cp_async = (
+    async_copy.async_load
+    if hasattr(async_copy, "async_load")
+    else async_copy.async_copy_global_to_shared
+)
+SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
+WARPS = 4
+STEP = 8 * 32 * WARPS  # columns a step: 8 a thread, 32 threads a warp, 4 warps
+STEP_C = gl.constexpr(STEP)
+# A group of rows x one step of columns: a thread 8 contiguous columns of every row.
+LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0]))
+RING = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+
+
+@gluon.jit
+def _gdc_wait():
+    """griddepcontrol.wait: the kernel before this one has finished and its writes are seen."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _gdc_launch_dependents():
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _copy_group(w_ptr, ring, stage, row0, N, K: gl.constexpr, GROUP: gl.constexpr):
+    """Rows row0 .. row0 + GROUP - 1 of W into a ring buffer (rows past N as zeros), as one
+    cp.async group."""
+    rows = row0 + gl.arange(0, GROUP, layout=gl.SliceLayout(1, LAYOUT))
+    cols = gl.arange(0, STEP_C, layout=gl.SliceLayout(0, LAYOUT))
+    first = w_ptr + gl.expand_dims(rows.to(gl.int64) * K, 1) + gl.expand_dims(cols, 0)
+    ok = gl.expand_dims(rows < N, 1) & gl.expand_dims(cols < STEP_C, 0)
+    for c in gl.static_range(K // STEP_C):
+        cp_async(
+            ring.index(stage * (K // STEP_C) + c), first + c * STEP_C, mask=ok,
+            cache_modifier=".cg", eviction_policy="evict_first",
+        )  # fmt: skip
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _dot_group(ring, stage, x_row, K: gl.constexpr, GROUP: gl.constexpr):
+    """The group's rows dotted with one row of x, in float32."""
+    cols = gl.arange(0, STEP_C, layout=gl.SliceLayout(0, LAYOUT))
+    acc = gl.zeros([GROUP, STEP_C], gl.float32, LAYOUT)
+    for c in gl.static_range(K // STEP_C):
+        w = ring.index(stage * (K // STEP_C) + c).load(LAYOUT).to(gl.float32)
+        x = gl.load(x_row + c * STEP_C + cols).to(gl.float32)
+        acc += w * gl.expand_dims(x, 0)
+    return gl.sum(acc, axis=1)
+
+
+@gluon.jit
+def _gemv_residual(w_ptr, x_ptr, r_ptr, y_ptr, M, N, K: gl.constexpr, ROWS: gl.constexpr,
+                   GROUP: gl.constexpr, STAGES: gl.constexpr,
+                   LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+    GROUPS: gl.constexpr = ROWS // GROUP
+    n0 = gl.program_id(0) * ROWS
+    # Buffer s, columns of step c: ring.index(s * K // STEP + c), GROUP x STEP.
+    ring = gl.allocate_shared_memory(
+        w_ptr.dtype.element_ty, [STAGES * (K // STEP_C), GROUP, STEP_C], RING
+    )
+    for g in gl.static_range(STAGES):  # every buffer before the wait
+        _copy_group(w_ptr, ring, g, n0 + g * GROUP, N, K, GROUP)
+    _gdc_wait()
+    if not LATE_DEPENDENTS:
+        _gdc_launch_dependents()
+    in_group = gl.arange(0, GROUP, layout=gl.SliceLayout(1, LAYOUT))
+    for g in range(GROUPS):
+        stage = g % STAGES
+        # Groups complete in order, and one is committed an iteration (empty at the end), so
+        # STAGES - 1 left pending means group g is in; the barrier shows it to every warp.
+        async_copy.wait_group(STAGES - 1)
+        cta_barrier()
+        rn = n0 + g * GROUP + in_group
+        ok = rn < N
+        for m in range(M):
+            y = _dot_group(ring, stage, x_ptr + m * K, K, GROUP)
+            y += gl.load(r_ptr + m * N + rn, mask=ok, other=0.0).to(gl.float32)
+            gl.store(y_ptr + m * N + rn, y.to(y_ptr.dtype.element_ty), mask=ok)
+        cta_barrier()  # every warp is done with the buffer before it is refilled
+        if g + STAGES < GROUPS:
+            _copy_group(w_ptr, ring, stage, n0 + (g + STAGES) * GROUP, N, K, GROUP)
+        else:
+            async_copy.commit_group()
+    if LATE_DEPENDENTS:
+        _gdc_launch_dependents()
+
+
+def shared_bytes(k: int, block_rows: int, stages: int) -> int:
+    """Shared memory of a program: the ring of W rows, with room for the sums' reduction."""
+    return stages * block_rows * k * 2 + 1024
+
+
+def ring_stages(k: int, rows: int, block_rows: int, stages: int) -> int:
+    """Buffers the ring takes: `stages` at most, no more than the program's groups, and as
+    many as fit shared memory (0 where not even one does)."""
+    fit = (SHARED_BYTES - shared_bytes(k, block_rows, 0)) // (block_rows * k * 2)
+    return min(stages, rows // block_rows, fit)
+
+
+def _refusal(x, w, r, rows: int, block_rows: int, stages: int):
+    """Why these inputs are not for this kernel at these parameters (None when they are)."""
+    if x.dtype not in (torch.bfloat16, torch.float16) or {w.dtype, r.dtype} != {x.dtype}:
+        return f"needs bf16 or fp16 inputs of one dtype; got {x.dtype}, {w.dtype}, {r.dtype}"
+    k = x.shape[1]
+    if k == 0 or k % STEP:
+        return f"k {k}: a positive multiple of {STEP} only"
+    if block_rows not in (1, 2, 4, 8) or rows % block_rows:
+        return f"rows {rows} in groups of block_rows {block_rows}: 1, 2, 4 or 8 dividing rows"
+    if stages < 1:
+        return f"num_stages {stages}: the ring needs a buffer"
+    if ring_stages(k, rows, block_rows, stages) < 1:
+        need = shared_bytes(k, block_rows, 1)
+        return f"block_rows {block_rows} at k {k}: one buffer needs {need} bytes"
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] != 9:
+        return f"needs an sm_90 GPU (Hopper); got {x.device}"
+    if w.device != x.device or r.device != x.device:
+        return f"inputs on {x.device}, {w.device}, {r.device}"
+    return None
+
+
+def kernel(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    r: torch.Tensor,
+    rows: int = 32,
+    block_rows: int = 4,
+    num_stages: int = 7,
+    late_dependents: bool = False,
+) -> torch.Tensor:
+    m, k = x.shape
+    n = w.shape[0]
+    if w.shape != (n, k) or r.shape != (m, n):
+        raise ValueError(
+            f"w must be (n, {k}) and r ({m}, n), got {tuple(w.shape)}, {tuple(r.shape)}"
+        )
+    x, w, r = x.contiguous(), w.contiguous(), r.contiguous()
+    why = _refusal(x, w, r, rows, block_rows, num_stages)
+    if why is not None:
+        raise ValueError(f"gluon GEMV + residual {why}; use triton_gemv_residual.py")
+    y = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    if m == 0 or n == 0:
+        return y
+    with torch.cuda.device(x.device):
+        _gemv_residual[(triton.cdiv(n, rows),)](
+            w, x, r, y, m, n, K=k, ROWS=rows, GROUP=block_rows,
+            STAGES=ring_stages(k, rows, block_rows, num_stages),
+            LATE_DEPENDENTS=bool(late_dependents), num_warps=WARPS, launch_pdl=True,
+        )  # fmt: skip
+    return y
