@@ -419,24 +419,21 @@ GLUON_RESIDUAL_REGISTER_PLANS = [
 
 
 # Session 39: the o projection at one row with its W rows copied into shared memory before the
-# wait (gluon_gemv_residual.py): 32 rows a program (128 programs, one wave), in buffers of 1 to
-# 8 rows, the ring as deep as shared memory allows; against the Triton GEMV in force, which holds
-# what its registers allow. The block A/B (variants in session39/) judges the head start.
+# wait (gluon_gemv_residual.py): 32 rows a program (128 programs, one wave), in buffers of 4 or 8
+# rows, the ring as deep as shared memory allows or half of it, at 4 and 8 warps; against the
+# Triton GEMV in force, which holds what its registers allow. Its first sweep (call 1) also had
+# buffers of 1 and 2 rows, 64 rows a program and `late_dependents` off: slower per op. The block
+# A/B (variants in session39/) judges the head start.
 GEMV_SHARED_PLANS = [
     Plan(
         "linear_residual",
         "gluon_gemv_residual.py",
         ["m1-n4096-k4096"],
         [
-            {"rows": rows, "block_rows": group, "num_stages": stages, "late_dependents": late}
-            for rows, group, stages in (
-                (32, 4, 7),
-                (32, 8, 3),
-                (32, 2, 16),
-                (32, 1, 16),
-                (64, 8, 3),
-            )
-            for late in (False, True)
+            {"rows": 32, "block_rows": group, "num_stages": stages, "late_dependents": True}
+            | {"num_warps": warps}
+            for group, stages in ((4, 7), (8, 3), (4, 4))
+            for warps in (4, 8)
         ],
         tag="o1shared",
         peers=FUSED_PEERS,

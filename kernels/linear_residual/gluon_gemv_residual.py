@@ -10,18 +10,24 @@ memory holds 227 KiB a program: here a program takes `rows` consecutive rows of 
 `num_stages` buffers, every buffer before the wait. At 32 rows, 4 a group and 7 buffers, 128
 programs (one an SM, one wave) hold 28.7 MB before the wait; each refills one buffer after it.
 
-After the wait a group's rows are dotted with each row of x on the CUDA cores: a thread reads 8
-columns of each of the group's rows from shared memory (16 bytes, a warp 512 contiguous bytes)
-against the same 8 of x (read from L1), 1024 columns a step; the sums cross the warps once a
-group. r is added to the float32 sums before rounding. x and r are read, and y written, only
-after the wait; the kernel after this one may launch right after it, or with `late_dependents`
-once the products end.
+After the wait, x and the program's rows of r are asked of L1 (prefetch), then a group's rows
+are dotted with each row of x on the CUDA cores: a thread reads 8 columns of each of the
+group's rows from shared memory (16 bytes, a warp 512 contiguous bytes) against the same 8 of x,
+a step of 256 columns a warp (`num_warps` 4 or 8); the sums cross the warps once a group. r is
+added to the float32 sums before rounding. x and r are read, and y written, only after the
+wait; the kernel after this one may launch right after it, or with `late_dependents` once the
+products end.
+
+Session 39's first block A/B on an H100 (Llama b1): the o projection ended sooner after its
+start, but the next kernel, let in right after the wait, took 11 us more, and the merge before
+it 4 us more under the copies: `late_dependents` keeps the next kernel out until the products
+end.
 
 Each row of x reads the ring again: it is for one row or a few. The ring takes as many buffers
 as fit shared memory, `num_stages` at most (one at K 28672). Runs on sm_90 with bf16 or fp16
-contiguous inputs, K a positive multiple of 1024 and `rows` a multiple of `block_rows`; anything
-else is a ValueError naming what (the Triton GEMV takes it). Gluon has no interpreter: the CPU tests build it for sm_90, and the GPU
-tests check its outputs."""
+contiguous inputs, K a positive multiple of a step and `rows` a multiple of `block_rows`;
+anything else is a ValueError naming what (the Triton GEMV takes it). Gluon has no interpreter:
+the CPU tests build it for sm_90, and the GPU tests check its outputs."""
 
 import torch
 import triton
@@ -35,6 +41,7 @@ PARAMS = {
     "block_rows": [1, 2, 4, 8],
     "num_stages": [2, 3, 4, 5, 6, 7, 8, 12, 16],
     "late_dependents": [False, True],
+    "num_warps": [4, 8],
 }
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
@@ -44,12 +51,12 @@ cp_async = (
     else async_copy.async_copy_global_to_shared
 )
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
-WARPS = 4
-STEP = 8 * 32 * WARPS  # columns a step: 8 a thread, 32 threads a warp, 4 warps
-STEP_C = gl.constexpr(STEP)
-# A group of rows x one step of columns: a thread 8 contiguous columns of every row.
-LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0]))
 RING = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+
+
+def step(warps: int) -> int:
+    """Columns a step: 8 a thread, 32 threads a warp."""
+    return 8 * 32 * warps
 
 
 @gluon.jit
@@ -68,48 +75,70 @@ def _gdc_launch_dependents():
 
 
 @gluon.jit
-def _copy_group(w_ptr, ring, stage, row0, N, K: gl.constexpr, GROUP: gl.constexpr):
+def _prefetch_l1(ptrs):
+    """prefetch.global.L1 of each address's line (no register held, nothing read)."""
+    gl.inline_asm_elementwise(
+        "prefetch.global.L1 [$1]; // $0", "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _copy_group(w_ptr, ring, stage, row0, N, K: gl.constexpr, GROUP: gl.constexpr,
+                LAYOUT: gl.constexpr):  # fmt: skip
     """Rows row0 .. row0 + GROUP - 1 of W into a ring buffer (rows past N as zeros), as one
     cp.async group."""
+    STEP: gl.constexpr = LAYOUT.warps_per_cta[1] * 256
     rows = row0 + gl.arange(0, GROUP, layout=gl.SliceLayout(1, LAYOUT))
-    cols = gl.arange(0, STEP_C, layout=gl.SliceLayout(0, LAYOUT))
+    cols = gl.arange(0, STEP, layout=gl.SliceLayout(0, LAYOUT))
     first = w_ptr + gl.expand_dims(rows.to(gl.int64) * K, 1) + gl.expand_dims(cols, 0)
-    ok = gl.expand_dims(rows < N, 1) & gl.expand_dims(cols < STEP_C, 0)
-    for c in gl.static_range(K // STEP_C):
+    ok = gl.expand_dims(rows < N, 1) & gl.expand_dims(cols < STEP, 0)
+    for c in gl.static_range(K // STEP):
         cp_async(
-            ring.index(stage * (K // STEP_C) + c), first + c * STEP_C, mask=ok,
+            ring.index(stage * (K // STEP) + c), first + c * STEP, mask=ok,
             cache_modifier=".cg", eviction_policy="evict_first",
         )  # fmt: skip
     async_copy.commit_group()
 
 
 @gluon.jit
-def _dot_group(ring, stage, x_row, K: gl.constexpr, GROUP: gl.constexpr):
+def _dot_group(ring, stage, x_row, K: gl.constexpr, GROUP: gl.constexpr, LAYOUT: gl.constexpr):
     """The group's rows dotted with one row of x, in float32."""
-    cols = gl.arange(0, STEP_C, layout=gl.SliceLayout(0, LAYOUT))
-    acc = gl.zeros([GROUP, STEP_C], gl.float32, LAYOUT)
-    for c in gl.static_range(K // STEP_C):
-        w = ring.index(stage * (K // STEP_C) + c).load(LAYOUT).to(gl.float32)
-        x = gl.load(x_row + c * STEP_C + cols).to(gl.float32)
+    STEP: gl.constexpr = LAYOUT.warps_per_cta[1] * 256
+    cols = gl.arange(0, STEP, layout=gl.SliceLayout(0, LAYOUT))
+    acc = gl.zeros([GROUP, STEP], gl.float32, LAYOUT)
+    for c in gl.static_range(K // STEP):
+        w = ring.index(stage * (K // STEP) + c).load(LAYOUT).to(gl.float32)
+        x = gl.load(x_row + c * STEP + cols).to(gl.float32)
         acc += w * gl.expand_dims(x, 0)
     return gl.sum(acc, axis=1)
 
 
 @gluon.jit
 def _gemv_residual(w_ptr, x_ptr, r_ptr, y_ptr, M, N, K: gl.constexpr, ROWS: gl.constexpr,
-                   GROUP: gl.constexpr, STAGES: gl.constexpr,
-                   LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+                   GROUP: gl.constexpr, STAGES: gl.constexpr, LATE_DEPENDENTS: gl.constexpr,
+                   WARPS: gl.constexpr):  # fmt: skip
+    # A group of rows x one step of columns: a thread 8 contiguous columns of every row.
+    LAYOUT: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0])
+    STEP: gl.constexpr = WARPS * 256
     GROUPS: gl.constexpr = ROWS // GROUP
     n0 = gl.program_id(0) * ROWS
     # Buffer s, columns of step c: ring.index(s * K // STEP + c), GROUP x STEP.
     ring = gl.allocate_shared_memory(
-        w_ptr.dtype.element_ty, [STAGES * (K // STEP_C), GROUP, STEP_C], RING
+        w_ptr.dtype.element_ty, [STAGES * (K // STEP), GROUP, STEP], RING
     )
     for g in gl.static_range(STAGES):  # every buffer before the wait
-        _copy_group(w_ptr, ring, g, n0 + g * GROUP, N, K, GROUP)
+        _copy_group(w_ptr, ring, g, n0 + g * GROUP, N, K, GROUP, LAYOUT)
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
+    # x and the program's r into L1 at once, so that no group waits on a global round trip
+    # behind the copies still streaming: a thread a 128-byte line.
+    LINES: gl.constexpr = 32 * WARPS
+    line = gl.arange(0, LINES, layout=gl.BlockedLayout([1], [32], [WARPS], [0])) * 64
+    for m in range(M):
+        for c in gl.static_range(triton.cdiv(K, LINES * 64)):
+            _prefetch_l1(x_ptr + m * K + gl.minimum(c * LINES * 64 + line, K - 1))
+        _prefetch_l1(r_ptr + m * N + gl.minimum(n0 + gl.minimum(line, ROWS - 1), N - 1))
     in_group = gl.arange(0, GROUP, layout=gl.SliceLayout(1, LAYOUT))
     for g in range(GROUPS):
         stage = g % STAGES
@@ -120,12 +149,12 @@ def _gemv_residual(w_ptr, x_ptr, r_ptr, y_ptr, M, N, K: gl.constexpr, ROWS: gl.c
         rn = n0 + g * GROUP + in_group
         ok = rn < N
         for m in range(M):
-            y = _dot_group(ring, stage, x_ptr + m * K, K, GROUP)
+            y = _dot_group(ring, stage, x_ptr + m * K, K, GROUP, LAYOUT)
             y += gl.load(r_ptr + m * N + rn, mask=ok, other=0.0).to(gl.float32)
             gl.store(y_ptr + m * N + rn, y.to(y_ptr.dtype.element_ty), mask=ok)
         cta_barrier()  # every warp is done with the buffer before it is refilled
         if g + STAGES < GROUPS:
-            _copy_group(w_ptr, ring, stage, n0 + (g + STAGES) * GROUP, N, K, GROUP)
+            _copy_group(w_ptr, ring, stage, n0 + (g + STAGES) * GROUP, N, K, GROUP, LAYOUT)
         else:
             async_copy.commit_group()
     if LATE_DEPENDENTS:
@@ -144,13 +173,15 @@ def ring_stages(k: int, rows: int, block_rows: int, stages: int) -> int:
     return min(stages, rows // block_rows, fit)
 
 
-def _refusal(x, w, r, rows: int, block_rows: int, stages: int):
+def _refusal(x, w, r, rows: int, block_rows: int, stages: int, warps: int):
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     if x.dtype not in (torch.bfloat16, torch.float16) or {w.dtype, r.dtype} != {x.dtype}:
         return f"needs bf16 or fp16 inputs of one dtype; got {x.dtype}, {w.dtype}, {r.dtype}"
     k = x.shape[1]
-    if k == 0 or k % STEP:
-        return f"k {k}: a positive multiple of {STEP} only"
+    if warps not in (4, 8):
+        return f"num_warps {warps}: 4 or 8 only"
+    if k == 0 or k % step(warps):
+        return f"k {k}: a positive multiple of {step(warps)} only (a step at {warps} warps)"
     if block_rows not in (1, 2, 4, 8) or rows % block_rows:
         return f"rows {rows} in groups of block_rows {block_rows}: 1, 2, 4 or 8 dividing rows"
     if stages < 1:
@@ -173,6 +204,7 @@ def kernel(
     block_rows: int = 4,
     num_stages: int = 7,
     late_dependents: bool = False,
+    num_warps: int = 4,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -181,7 +213,7 @@ def kernel(
             f"w must be (n, {k}) and r ({m}, n), got {tuple(w.shape)}, {tuple(r.shape)}"
         )
     x, w, r = x.contiguous(), w.contiguous(), r.contiguous()
-    why = _refusal(x, w, r, rows, block_rows, num_stages)
+    why = _refusal(x, w, r, rows, block_rows, num_stages, num_warps)
     if why is not None:
         raise ValueError(f"gluon GEMV + residual {why}; use triton_gemv_residual.py")
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
@@ -191,6 +223,7 @@ def kernel(
         _gemv_residual[(triton.cdiv(n, rows),)](
             w, x, r, y, m, n, K=k, ROWS=rows, GROUP=block_rows,
             STAGES=ring_stages(k, rows, block_rows, num_stages),
-            LATE_DEPENDENTS=bool(late_dependents), num_warps=WARPS, launch_pdl=True,
+            LATE_DEPENDENTS=bool(late_dependents), WARPS=num_warps, num_warps=num_warps,
+            launch_pdl=True,
         )  # fmt: skip
     return y

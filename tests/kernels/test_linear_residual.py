@@ -516,6 +516,8 @@ def test_the_gluon_gemv_refuses_what_it_cannot_run_naming_why(task) -> None:
     cases = [
         (inputs(1, 64, 1024, torch.float32), {}, "bf16 or fp16"),
         (inputs(1, 64, 1000), {}, "k 1000: a positive multiple of 1024"),
+        (inputs(1, 64, 1024), {"num_warps": 8}, "k 1024: a positive multiple of 2048"),
+        (inputs(1, 64, 2048), {"num_warps": 2}, "num_warps 2: 4 or 8 only"),
         (inputs(1, 64, 1024), {"rows": 8, "block_rows": 3}, "rows 8 in groups of block_rows 3"),
         (inputs(1, 64, 1024), {"rows": 12, "block_rows": 8}, "rows 12 in groups of block_rows 8"),
         (inputs(1, 64, 1024), {"num_stages": 0}, "num_stages 0"),
@@ -545,29 +547,29 @@ def test_the_gluon_gemv_ring_takes_as_many_buffers_as_fit(task) -> None:
 
 
 @pytest.mark.parametrize(
-    "k, rows, block_rows, stages, late",
+    "k, rows, block_rows, stages, late, warps",
     [
-        (4096, 32, 4, 7, False),  # Llama's o projection: all but one group before the wait
-        (4096, 16, 2, 8, True),  # every group before the wait, no refill
-        (14336, 16, 1, 8, False),
-        (28672, 32, 4, 1, False),  # one buffer, refilled after each group
+        (4096, 32, 4, 7, True, 4),  # Llama's o projection: all but one group before the wait
+        (4096, 32, 8, 3, True, 8),
+        (4096, 16, 2, 8, False, 4),  # every group before the wait, no refill
+        (14336, 16, 1, 8, False, 8),
+        (28672, 32, 4, 1, False, 4),  # one buffer, refilled after each group
     ],
 )
 def test_the_gluon_gemv_copies_w_into_shared_memory_before_the_wait(
-    task, k, rows, block_rows, stages, late
+    task, k, rows, block_rows, stages, late, warps
 ) -> None:
     """Built for sm_90: no spill, the ring within shared memory; before griddepcontrol.wait
     each thread copies its 16-byte pieces of every buffer (cp.async, L1 bypassed)
-    and reads nothing else; after it, x and r are read, the buffers refilled while groups are
-    left, y written, and the next kernel let in right after the wait or, late, after the
-    loop."""
+    and reads nothing else; after it, x and r are asked of L1 and read, the buffers refilled
+    while groups are left, y written, and the next kernel let in right after the wait or, late,
+    after the loop."""
     module = candidate_module(task, GEMV)
     types = dict.fromkeys(("w_ptr", "x_ptr", "r_ptr", "y_ptr"), "*bf16")
     types |= dict.fromkeys(("M", "N"), "i32")
     constexprs = {"K": k, "ROWS": rows, "GROUP": block_rows, "STAGES": stages}
-    compiled = hopper_build(
-        module._gemv_residual, types, constexprs | {"LATE_DEPENDENTS": late}, num_warps=4
-    )
+    constexprs |= {"LATE_DEPENDENTS": late, "WARPS": warps}
+    compiled = hopper_build(module._gemv_residual, types, constexprs, num_warps=warps)
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0
     ring = module.shared_bytes(k, block_rows, stages) - module.shared_bytes(k, block_rows, 0)
@@ -580,10 +582,13 @@ def test_the_gluon_gemv_copies_w_into_shared_memory_before_the_wait(
     def copies(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.strip().startswith("cp.async.cg")]
 
-    a_group = block_rows * k // module.STEP  # a thread's 16-byte pieces of one group
+    a_group = block_rows * k // module.step(warps)  # a thread's 16-byte pieces of one group
     assert len(copies(before)) == stages * a_group
     assert all("0x10" in line for line in copies(ptx))  # 16 bytes (evict-first: Triton 3.9)
-    assert "ld.global" not in before and "st.global" not in before
+    assert "ld.global" not in before and "st.global" not in before and "prefetch" not in before
+    lines = 32 * warps  # a thread a 128-byte line
+    assert after.count("prefetch.global.L1") == -(-k // (lines * 64)) + 1  # x's, then r's
+    assert after.index("prefetch.global.L1") < after.index("ld.global")
     refills = rows // block_rows > stages
     assert len(copies(after)) == (a_group if refills else 0)
     assert "ld.global" in after and "st.global" in after
@@ -603,7 +608,7 @@ def test_the_gluon_gemv_matches_the_reference_on_gpu(task) -> None:
         [
             (GEMV, {}),
             (GEMV, {"rows": 16, "block_rows": 2, "num_stages": 8, "late_dependents": True}),
-            (GEMV, {"rows": 64, "block_rows": 8, "num_stages": 3}),
+            (GEMV, {"rows": 64, "block_rows": 4, "num_stages": 3, "num_warps": 8}),
             (GEMV, {"rows": 8, "block_rows": 1, "num_stages": 2}),
         ],
     )
@@ -644,6 +649,7 @@ cases = [
     (1, 1000, 1024, torch.bfloat16, {}),
     (3, 37, 2048, torch.float16, {"rows": 16, "block_rows": 8, "num_stages": 2}),
     (5, 300, 4096, torch.bfloat16, {"rows": 64, "block_rows": 2, "num_stages": 4}),
+    (1, 4100, 4096, torch.bfloat16, {"block_rows": 8, "num_stages": 3, "num_warps": 8}),
     (2, 130, 28672, torch.bfloat16, {"rows": 32, "block_rows": 4, "num_stages": 7}),
     (1, 4096, 4096, torch.bfloat16, {"late_dependents": True}),
 ]
