@@ -6,9 +6,13 @@ kernel. The Triton GEMV in force (triton_gemv_residual.py) loads W into register
 wait: its first wave holds about 13 MB of the 33.6 MB weight (6 programs of 16 KiB an SM) and the
 rest streams after the wait in 1.6 more waves, the last partial (session 26's profile). Shared
 memory holds 227 KiB a program: here a program takes `rows` consecutive rows of W and copies them
-(cp.async, 16 bytes a thread, L1 bypassed) in groups of `block_rows` rows into a ring of
-`num_stages` buffers, every buffer before the wait. At 32 rows, 4 a group and 7 buffers, 128
-programs (one an SM, one wave) hold 28.7 MB before the wait; each refills one buffer after it.
+by TMA in groups of `block_rows` rows into a ring of `num_stages` buffers, every buffer before
+the wait. At 32 rows, 4 a group and 7 buffers, 128 programs (one an SM, one wave) hold 28.7 MB
+before the wait; each refills one buffer after it. W is viewed as (rows, K / 256, 256), so that
+a box of block_rows x num_warps x 256 lands as block_rows rows of a step's contiguous columns.
+(Session 39's first build copied with cp.async, 16 bytes a thread: its profile, alone on an
+H100, showed x's loads after the wait queued behind those copies in the L1 path, 45 % of the
+stall samples on x's first use, and 58 % of DRAM peak. TMA's copies do not pass there.)
 
 After the wait, x and the program's rows of r are asked of L1 (prefetch), then a group's rows
 are dotted with each row of x on the CUDA cores: a thread reads 8 columns of each of the
@@ -18,22 +22,22 @@ added to the float32 sums before rounding. x and r are read, and y written, only
 wait; the kernel after this one may launch right after it, or with `late_dependents` once the
 products end.
 
-Session 39's first block A/B on an H100 (Llama b1): the o projection ended sooner after its
-start, but the next kernel, let in right after the wait, took 11 us more, and the merge before
-it 4 us more under the copies: `late_dependents` keeps the next kernel out until the products
-end.
+Session 39's first block A/B on an H100 (Llama b1, the cp.async build): the next kernel, let in
+right after the wait, took 11 us more, and the merge before it 4 us more under the copies;
+`late_dependents` keeps the next kernel out until the products end.
 
 Each row of x reads the ring again: it is for one row or a few. The ring takes as many buffers
 as fit shared memory, `num_stages` at most (one at K 28672). Runs on sm_90 with bf16 or fp16
-contiguous inputs, K a positive multiple of a step and `rows` a multiple of `block_rows`;
-anything else is a ValueError naming what (the Triton GEMV takes it). Gluon has no interpreter:
-the CPU tests build it for sm_90, and the GPU tests check its outputs."""
+contiguous inputs, a 16-byte aligned W, K a positive multiple of a step and `rows` a multiple
+of `block_rows`; anything else is a ValueError naming what (the Triton GEMV takes it). Gluon has
+no interpreter: the CPU tests build it for sm_90, and the GPU tests check its outputs."""
 
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LANGUAGE = "triton"
 PARAMS = {
@@ -45,18 +49,15 @@ PARAMS = {
 }
 # Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
-cp_async = (
-    async_copy.async_load
-    if hasattr(async_copy, "async_load")
-    else async_copy.async_copy_global_to_shared
-)
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
-RING = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+COLUMNS = 256  # of a TMA box, its widest; a warp's columns a step
+BOX = gl.constexpr(COLUMNS)
 
 
 def step(warps: int) -> int:
     """Columns a step: 8 a thread, 32 threads a warp."""
-    return 8 * 32 * warps
+    return COLUMNS * warps
 
 
 @gluon.jit
@@ -83,93 +84,93 @@ def _prefetch_l1(ptrs):
 
 
 @gluon.jit
-def _copy_group(w_ptr, ring, stage, row0, N, K: gl.constexpr, GROUP: gl.constexpr,
-                LAYOUT: gl.constexpr):  # fmt: skip
-    """Rows row0 .. row0 + GROUP - 1 of W into a ring buffer (rows past N as zeros), as one
-    cp.async group."""
-    STEP: gl.constexpr = LAYOUT.warps_per_cta[1] * 256
-    rows = row0 + gl.arange(0, GROUP, layout=gl.SliceLayout(1, LAYOUT))
-    cols = gl.arange(0, STEP, layout=gl.SliceLayout(0, LAYOUT))
-    first = w_ptr + gl.expand_dims(rows.to(gl.int64) * K, 1) + gl.expand_dims(cols, 0)
-    ok = gl.expand_dims(rows < N, 1) & gl.expand_dims(cols < STEP, 0)
-    for c in gl.static_range(K // STEP):
-        cp_async(
-            ring.index(stage * (K // STEP) + c), first + c * STEP, mask=ok,
-            cache_modifier=".cg", eviction_policy="evict_first",
-        )  # fmt: skip
-    async_copy.commit_group()
+def _copy_group(w_desc, ring, ready, stage, row0, STEPS: gl.constexpr):
+    """Rows row0 .. row0 + GROUP - 1 of W into a ring buffer by TMA (rows past N as zeros), a
+    box of GROUP rows x one step a copy, all counted on the buffer's barrier."""
+    mbarrier.expect(ready.index(stage), STEPS * w_desc.block_type.nbytes)
+    for c in gl.static_range(STEPS):
+        tma_load(w_desc, [row0, c * w_desc.block_type.shape[1], 0], ready.index(stage),
+                 ring.index(stage * STEPS + c))  # fmt: skip
 
 
 @gluon.jit
-def _dot_group(ring, stage, x_row, K: gl.constexpr, GROUP: gl.constexpr, LAYOUT: gl.constexpr):
-    """The group's rows dotted with one row of x, in float32."""
-    STEP: gl.constexpr = LAYOUT.warps_per_cta[1] * 256
-    cols = gl.arange(0, STEP, layout=gl.SliceLayout(0, LAYOUT))
-    acc = gl.zeros([GROUP, STEP], gl.float32, LAYOUT)
-    for c in gl.static_range(K // STEP):
-        w = ring.index(stage * (K // STEP) + c).load(LAYOUT).to(gl.float32)
-        x = gl.load(x_row + c * STEP + cols).to(gl.float32)
+def _dot_group(ring, stage, x_row, STEPS: gl.constexpr, GROUP: gl.constexpr,
+               WARPS: gl.constexpr, LAYOUT: gl.constexpr):  # fmt: skip
+    """The group's rows dotted with one row of x, in float32: a step is the group's rows x
+    (warps x 256) columns, the 256 of warp w at [:, w, :]."""
+    x_layout: gl.constexpr = gl.SliceLayout(0, LAYOUT)
+    warp = gl.arange(0, WARPS, layout=gl.SliceLayout(1, x_layout))
+    lane = gl.arange(0, BOX, layout=gl.SliceLayout(0, x_layout))
+    cols = gl.expand_dims(warp * BOX, 1) + gl.expand_dims(lane, 0)
+    acc = gl.zeros([GROUP, WARPS, BOX], gl.float32, LAYOUT)
+    for c in gl.static_range(STEPS):
+        w = ring.index(stage * STEPS + c).load(LAYOUT).to(gl.float32)
+        x = gl.load(x_row + c * (WARPS * BOX) + cols).to(gl.float32)
         acc += w * gl.expand_dims(x, 0)
-    return gl.sum(acc, axis=1)
+    return gl.sum(gl.sum(acc, axis=2), axis=1)
 
 
 @gluon.jit
-def _gemv_residual(w_ptr, x_ptr, r_ptr, y_ptr, M, N, K: gl.constexpr, ROWS: gl.constexpr,
-                   GROUP: gl.constexpr, STAGES: gl.constexpr, LATE_DEPENDENTS: gl.constexpr,
-                   WARPS: gl.constexpr):  # fmt: skip
-    # A group of rows x one step of columns: a thread 8 contiguous columns of every row.
-    LAYOUT: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0])
-    STEP: gl.constexpr = WARPS * 256
+def _gemv_residual(w_desc, x_ptr, r_ptr, y_ptr, M, N, K: gl.constexpr, ROWS: gl.constexpr,
+                   STAGES: gl.constexpr, LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+    GROUP: gl.constexpr = w_desc.block_type.shape[0]
+    WARPS: gl.constexpr = w_desc.block_type.shape[1]
+    # A group's rows x a step: a thread 8 contiguous columns of every row, a warp 256.
+    LAYOUT: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 1, 32], [1, WARPS, 1], [2, 1, 0])
+    STEP: gl.constexpr = WARPS * BOX
+    STEPS: gl.constexpr = K // STEP
     GROUPS: gl.constexpr = ROWS // GROUP
     n0 = gl.program_id(0) * ROWS
-    # Buffer s, columns of step c: ring.index(s * K // STEP + c), GROUP x STEP.
+    # Buffer s, columns of step c: ring.index(s * STEPS + c), GROUP x WARPS x 256.
     ring = gl.allocate_shared_memory(
-        w_ptr.dtype.element_ty, [STAGES * (K // STEP), GROUP, STEP], RING
+        w_desc.dtype, [STAGES * STEPS, GROUP, WARPS, BOX], w_desc.layout
     )
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+    fence_async_shared()
+    cta_barrier()
     for g in gl.static_range(STAGES):  # every buffer before the wait
-        _copy_group(w_ptr, ring, g, n0 + g * GROUP, N, K, GROUP, LAYOUT)
+        _copy_group(w_desc, ring, ready, g, n0 + g * GROUP, STEPS)
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
-    # x and the program's r into L1 at once, so that no group waits on a global round trip
-    # behind the copies still streaming: a thread a 128-byte line.
+    # x and the program's r into L1 at once (a thread a 128-byte line), so that no group waits
+    # on a global round trip.
     LINES: gl.constexpr = 32 * WARPS
     line = gl.arange(0, LINES, layout=gl.BlockedLayout([1], [32], [WARPS], [0])) * 64
     for m in range(M):
         for c in gl.static_range(triton.cdiv(K, LINES * 64)):
             _prefetch_l1(x_ptr + m * K + gl.minimum(c * LINES * 64 + line, K - 1))
         _prefetch_l1(r_ptr + m * N + gl.minimum(n0 + gl.minimum(line, ROWS - 1), N - 1))
-    in_group = gl.arange(0, GROUP, layout=gl.SliceLayout(1, LAYOUT))
+    in_group = gl.arange(0, GROUP, layout=gl.SliceLayout(1, gl.SliceLayout(2, LAYOUT)))
     for g in range(GROUPS):
         stage = g % STAGES
-        # Groups complete in order, and one is committed an iteration (empty at the end), so
-        # STAGES - 1 left pending means group g is in; the barrier shows it to every warp.
-        async_copy.wait_group(STAGES - 1)
-        cta_barrier()
+        mbarrier.wait(ready.index(stage), (g // STAGES) & 1)
         rn = n0 + g * GROUP + in_group
         ok = rn < N
         for m in range(M):
-            y = _dot_group(ring, stage, x_ptr + m * K, K, GROUP, LAYOUT)
+            y = _dot_group(ring, stage, x_ptr + m * K, STEPS, GROUP, WARPS, LAYOUT)
             y += gl.load(r_ptr + m * N + rn, mask=ok, other=0.0).to(gl.float32)
             gl.store(y_ptr + m * N + rn, y.to(y_ptr.dtype.element_ty), mask=ok)
-        cta_barrier()  # every warp is done with the buffer before it is refilled
         if g + STAGES < GROUPS:
-            _copy_group(w_ptr, ring, stage, n0 + (g + STAGES) * GROUP, N, K, GROUP, LAYOUT)
-        else:
-            async_copy.commit_group()
+            cta_barrier()  # every warp is done with the buffer before it is refilled
+            fence_async_shared()
+            _copy_group(w_desc, ring, ready, stage, n0 + (g + STAGES) * GROUP, STEPS)
     if LATE_DEPENDENTS:
         _gdc_launch_dependents()
 
 
 def shared_bytes(k: int, block_rows: int, stages: int) -> int:
-    """Shared memory of a program: the ring of W rows, with room for the sums' reduction."""
-    return stages * block_rows * k * 2 + 1024
+    """Shared memory of a program: the ring of W rows, its barriers, with room for the sums'
+    reduction."""
+    return stages * (block_rows * k * 2 + 8) + 1024
 
 
 def ring_stages(k: int, rows: int, block_rows: int, stages: int) -> int:
     """Buffers the ring takes: `stages` at most, no more than the program's groups, and as
     many as fit shared memory (0 where not even one does)."""
-    fit = (SHARED_BYTES - shared_bytes(k, block_rows, 0)) // (block_rows * k * 2)
+    fit = (SHARED_BYTES - shared_bytes(k, block_rows, 0)) // (block_rows * k * 2 + 8)
     return min(stages, rows // block_rows, fit)
 
 
@@ -193,7 +194,18 @@ def _refusal(x, w, r, rows: int, block_rows: int, stages: int, warps: int):
         return f"needs an sm_90 GPU (Hopper); got {x.device}"
     if w.device != x.device or r.device != x.device:
         return f"inputs on {x.device}, {w.device}, {r.device}"
+    if w.data_ptr() % 16:
+        return "needs a 16-byte aligned w (TMA)"
     return None
+
+
+def _descriptor(w: torch.Tensor, block_rows: int, warps: int) -> TensorDescriptor:
+    """TMA descriptor of W as (rows, K / 256, 256) in boxes of block_rows x warps x 256: a box
+    lands in shared memory as block_rows rows of warps x 256 contiguous columns."""
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)
+    n, k = w.shape
+    shape, block = [n, k // COLUMNS, COLUMNS], [block_rows, warps, COLUMNS]
+    return TensorDescriptor(w, shape, [k, COLUMNS, 1], block, layout)
 
 
 def kernel(
@@ -221,9 +233,8 @@ def kernel(
         return y
     with torch.cuda.device(x.device):
         _gemv_residual[(triton.cdiv(n, rows),)](
-            w, x, r, y, m, n, K=k, ROWS=rows, GROUP=block_rows,
+            _descriptor(w, block_rows, num_warps), x, r, y, m, n, K=k, ROWS=rows,
             STAGES=ring_stages(k, rows, block_rows, num_stages),
-            LATE_DEPENDENTS=bool(late_dependents), WARPS=num_warps, num_warps=num_warps,
-            launch_pdl=True,
+            LATE_DEPENDENTS=bool(late_dependents), num_warps=num_warps, launch_pdl=True,
         )  # fmt: skip
     return y

@@ -501,9 +501,9 @@ def test_the_gluon_gemv_runs_on_the_gpu_only(task) -> None:
 
 
 def test_the_gluon_gemv_refuses_what_it_cannot_run_naming_why(task) -> None:
-    """bf16 or fp16 only, K a multiple of the 1024 columns of a step, groups that divide a
-    program's rows, a buffer that fits shared memory, on an sm_90 GPU: anything else is refused
-    before any launch, pointing to the Triton GEMV."""
+    """bf16 or fp16 only, K a multiple of the columns of a step (256 a warp), groups that
+    divide a program's rows, a buffer that fits shared memory, on an sm_90 GPU: anything else is
+    refused before any launch, pointing to the Triton GEMV."""
     kernel = candidate_module(task, GEMV).kernel
 
     def inputs(m: int, n: int, k: int, dtype=torch.bfloat16):
@@ -549,26 +549,28 @@ def test_the_gluon_gemv_ring_takes_as_many_buffers_as_fit(task) -> None:
 @pytest.mark.parametrize(
     "k, rows, block_rows, stages, late, warps",
     [
-        (4096, 32, 4, 7, True, 4),  # Llama's o projection: all but one group before the wait
+        (4096, 32, 4, 7, True, 8),  # Llama's o projection: all but one group before the wait
         (4096, 32, 8, 3, True, 8),
         (4096, 16, 2, 8, False, 4),  # every group before the wait, no refill
-        (14336, 16, 1, 8, False, 8),
-        (28672, 32, 4, 1, False, 4),  # one buffer, refilled after each group
+        (8192, 16, 2, 6, False, 8),
+        (16384, 32, 2, 3, False, 8),  # refilled after each group from the fourth on
     ],
 )
 def test_the_gluon_gemv_copies_w_into_shared_memory_before_the_wait(
     task, k, rows, block_rows, stages, late, warps
 ) -> None:
     """Built for sm_90: no spill, the ring within shared memory; before griddepcontrol.wait
-    each thread copies its 16-byte pieces of every buffer (cp.async, L1 bypassed)
-    and reads nothing else; after it, x and r are asked of L1 and read, the buffers refilled
-    while groups are left, y written, and the next kernel let in right after the wait or, late,
-    after the loop."""
+    W's boxes for every buffer by TMA (a box a step of a group) and nothing read or written
+    otherwise; after it, x and r are asked of L1 and read, the buffers refilled while groups
+    are left, y written, and the next kernel let in right after the wait or, late, after the
+    loop."""
+    from triton.runtime.jit import mangle_type
+
     module = candidate_module(task, GEMV)
-    types = dict.fromkeys(("w_ptr", "x_ptr", "r_ptr", "y_ptr"), "*bf16")
-    types |= dict.fromkeys(("M", "N"), "i32")
-    constexprs = {"K": k, "ROWS": rows, "GROUP": block_rows, "STAGES": stages}
-    constexprs |= {"LATE_DEPENDENTS": late, "WARPS": warps}
+    w = torch.zeros(64, k, dtype=torch.bfloat16)
+    types = {"w_desc": mangle_type(module._descriptor(w, block_rows, warps))}
+    types |= dict.fromkeys(("x_ptr", "r_ptr", "y_ptr"), "*bf16") | dict.fromkeys("MN", "i32")
+    constexprs = {"K": k, "ROWS": rows, "STAGES": stages, "LATE_DEPENDENTS": late}
     compiled = hopper_build(module._gemv_residual, types, constexprs, num_warps=warps)
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0
@@ -578,19 +580,14 @@ def test_the_gluon_gemv_copies_w_into_shared_memory_before_the_wait(
     ptx = compiled.asm["ptx"]
     before, wait, after = ptx.partition("griddepcontrol.wait")
     assert wait and "griddepcontrol.wait" not in after
-
-    def copies(text: str) -> list[str]:
-        return [line for line in text.splitlines() if line.strip().startswith("cp.async.cg")]
-
-    a_group = block_rows * k // module.step(warps)  # a thread's 16-byte pieces of one group
-    assert len(copies(before)) == stages * a_group
-    assert all("0x10" in line for line in copies(ptx))  # 16 bytes (evict-first: Triton 3.9)
+    steps = k // module.step(warps)  # a group's boxes
+    assert before.count("cp.async.bulk.tensor.3d") == stages * steps
     assert "ld.global" not in before and "st.global" not in before and "prefetch" not in before
     lines = 32 * warps  # a thread a 128-byte line
     assert after.count("prefetch.global.L1") == -(-k // (lines * 64)) + 1  # x's, then r's
     assert after.index("prefetch.global.L1") < after.index("ld.global")
     refills = rows // block_rows > stages
-    assert len(copies(after)) == (a_group if refills else 0)
+    assert after.count("cp.async.bulk.tensor") == (steps if refills else 0)
     assert "ld.global" in after and "st.global" in after
     assert "griddepcontrol.launch_dependents" not in before
     assert after.count("griddepcontrol.launch_dependents") == 1
