@@ -22,9 +22,11 @@ added to the float32 sums before rounding. x and r are read, and y written, only
 wait; the kernel after this one may launch right after it, or with `late_dependents` once the
 products end.
 
-Session 39's first block A/B on an H100 (Llama b1, the cp.async build): the next kernel, let in
-right after the wait, took 11 us more, and the merge before it 4 us more under the copies;
-`late_dependents` keeps the next kernel out until the products end.
+Session 39 timed it on an H100 (write-up: docs/benchmarks/2026-12-01-h200-session39.md). Let in
+right after the wait, the next kernel took 11 us more; `late_dependents` keeps it out until the
+products end. Even so it lost in the Llama b1 block (0.974-0.986x): the copies before the wait
+lengthen the GQA merge (0.5-4.6 us), and after the merge the o projection saves at most about
+1 us. Per op it is 17.1 us at best against the Triton GEMV's 16.8, so the tables keep that.
 
 Each row of x reads the ring again: it is for one row or a few. The ring takes as many buffers
 as fit shared memory, `num_stages` at most (one at K 28672). Runs on sm_90 with bf16 or fp16
