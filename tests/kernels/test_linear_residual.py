@@ -293,18 +293,25 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("late", [False, True])
-@pytest.mark.parametrize("candidate", ["triton_gemm_residual.py", "gluon_gemm_residual.py"])
-def test_the_tensor_core_kernel_waits_for_the_kernel_that_writes_x_and_r(
-    task, candidate, late
+@pytest.mark.parametrize(
+    "candidate, shape_name",
+    [
+        ("triton_gemm_residual.py", "m16-n4096-k4096"),
+        ("gluon_gemm_residual.py", "m16-n4096-k4096"),
+        ("gluon_gemv_residual.py", "m1-n4096-k4096"),
+    ],
+)
+def test_the_kernels_that_stream_w_early_wait_for_the_kernel_that_writes_x_and_r(
+    task, candidate, shape_name, late
 ) -> None:
-    """At 16 rows, launched with programmatic dependent launch right after kernels that write x
-    and r late, it still reads the new ones (its first W tiles stream early); also with
+    """Launched with programmatic dependent launch right after kernels that write x and r late,
+    each still reads the new ones (its W streams, or is copied in, before the wait); also with
     late_dependents, which moves only where the kernel after it may launch (its place is
-    checked in the sm_90 PTX of the Triton kernel)."""
+    checked in the sm_90 PTX)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, candidate)
-    shape = next(s for s in task.shapes("cuda") if s.name == "m16-n4096-k4096")
+    shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
 
@@ -338,6 +345,25 @@ def test_the_tensor_core_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero
     assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
 
 
+def _zeros(m: int, n: int, k: int, dtype=torch.bfloat16) -> tuple[torch.Tensor, ...]:
+    """x, w and r of a linear + residual call, on the CPU."""
+    return (
+        torch.zeros(m, k, dtype=dtype),
+        torch.zeros(n, k, dtype=dtype),
+        torch.zeros(m, n, dtype=dtype),
+    )
+
+
+def _assert_refused(kernel, cases: list, fallback: str, k: int) -> None:
+    """Each (inputs, params, why) of `cases` raises a ValueError naming why and pointing to
+    `fallback`; so does a w whose K is not x's (`k`)."""
+    for args, params, why in cases:
+        with pytest.raises(ValueError, match=f"{why}.*use {fallback}"):
+            kernel(*args, **params)
+    with pytest.raises(ValueError, match=rf"w must be \(n, {k}\)"):
+        kernel(torch.zeros(2, k), torch.zeros(64, k + 32), torch.zeros(2, 64))
+
+
 GLUON = "gluon_gemm_residual.py"
 
 
@@ -349,29 +375,16 @@ def test_the_gluon_candidate_runs_on_the_gpu_only(task) -> None:
 def test_the_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
     """bf16 or fp16 only, K a multiple of 8 (TMA's strides), a ring that fits shared memory, on
     an sm_90 GPU: anything else is refused before any launch, pointing to the Triton kernel."""
-    kernel = candidate_module(task, GLUON).kernel
-
-    def inputs(m: int, n: int, k: int, dtype=torch.bfloat16):
-        return (
-            torch.zeros(m, k, dtype=dtype),
-            torch.zeros(n, k, dtype=dtype),
-            torch.zeros(m, n, dtype=dtype),
-        )
-
     cases = [
-        (inputs(2, 64, 128, torch.float32), {}, "bf16 or fp16"),
-        (inputs(2, 64, 100), {}, "k 100: a multiple of 8"),
-        (inputs(2, 64, 128), {"block_k": 32}, "block_k 32"),
-        (inputs(2, 64, 128), {"num_stages": 1}, "num_stages 1"),
-        (inputs(2, 64, 128), {"block_k": 256, "num_stages": 6}, "needs 250"),
-        (inputs(2, 64, 128), {"programs_per_sm": 4}, "programs_per_sm 4: 1, 2 or 3 only"),
-        (inputs(2, 64, 128), {}, "needs an sm_90 GPU"),  # here on the CPU
+        (_zeros(2, 64, 128, torch.float32), {}, "bf16 or fp16"),
+        (_zeros(2, 64, 100), {}, "k 100: a multiple of 8"),
+        (_zeros(2, 64, 128), {"block_k": 32}, "block_k 32"),
+        (_zeros(2, 64, 128), {"num_stages": 1}, "num_stages 1"),
+        (_zeros(2, 64, 128), {"block_k": 256, "num_stages": 6}, "needs 250"),
+        (_zeros(2, 64, 128), {"programs_per_sm": 4}, "programs_per_sm 4: 1, 2 or 3 only"),
+        (_zeros(2, 64, 128), {}, "needs an sm_90 GPU"),  # here on the CPU
     ]
-    for args, params, why in cases:
-        with pytest.raises(ValueError, match=f"{why}.*use triton_gemm_residual.py"):
-            kernel(*args, **params)
-    with pytest.raises(ValueError, match=r"w must be \(n, 128\)"):
-        kernel(torch.zeros(2, 128), torch.zeros(64, 96), torch.zeros(2, 64))
+    _assert_refused(candidate_module(task, GLUON).kernel, cases, "triton_gemm_residual.py", 128)
 
 
 def test_the_gluon_slices_cover_k_in_whole_steps_with_none_empty(task) -> None:
@@ -432,43 +445,47 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     assert ("atom" in ptx) == (splits > 1)
 
 
+# Each Gluon candidate at configurations its sweeps and tables use, over every GPU shape.
+GLUON_GPU_CONFIGS = {
+    "gluon_gemm_residual.py": [
+        {},
+        {"split_k": 1, "block_k": 64, "num_stages": 12},
+        {"split_k": 3, "block_k": 256, "num_stages": 4, "late_dependents": True},
+        {"split_k": 4, "block_k": 128, "num_stages": 5, "programs_per_sm": 2},
+        {"split_k": 8, "block_k": 64, "num_stages": 5, "programs_per_sm": 3},
+    ],
+    "gluon_gemv_residual.py": [
+        {},
+        {"rows": 16, "block_rows": 2, "num_stages": 8, "late_dependents": True},
+        {"rows": 64, "block_rows": 4, "num_stages": 3, "num_warps": 8},
+        {"rows": 8, "block_rows": 1, "num_stages": 2},
+    ],
+}
+
+
 @pytest.mark.gpu
-def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
-    ev = gpu_evaluate(
-        task,
-        [
-            (GLUON, {}),
-            (GLUON, {"split_k": 1, "block_k": 64, "num_stages": 12}),
-            (GLUON, {"split_k": 3, "block_k": 256, "num_stages": 4, "late_dependents": True}),
-            (GLUON, {"split_k": 4, "block_k": 128, "num_stages": 5, "programs_per_sm": 2}),
-            (GLUON, {"split_k": 8, "block_k": 64, "num_stages": 5, "programs_per_sm": 3}),
-        ],
-    )
+@pytest.mark.parametrize("candidate", sorted(GLUON_GPU_CONFIGS))
+def test_the_gluon_candidates_match_the_reference_on_gpu(task, candidate) -> None:
+    configs = GLUON_GPU_CONFIGS[candidate]
+    ev = gpu_evaluate(task, [(candidate, params) for params in configs])
     for verdict in ev.verdicts:
         assert verdict.accepted, (verdict.label, verdict.reasons)
 
 
-# What the task's GPU shapes leave out: rows past 16 (a second row of programs) and short of
-# it, N and K short of a tile, fp16, a short last slice, no rows and no K; each row's own
-# residual; the counts back at zero after every call (graph replays: the test above). In a
-# child process with a time limit: a hang fails the test.
-GLUON_PATHS = """
+def _paths_script(candidate: str, cases: str, tail: str) -> str:
+    """A script that runs `candidate` on each of `cases` ((m, n, k, dtype, params) lines) against
+    the reference, checks that any arrival counts are back at zero, then runs `tail`."""
+    return (
+        """
 import torch
 from loop.tasks import load_task
 from tests.kernels.task_checks import candidate_module
 
 task = load_task("linear_residual")
-module = candidate_module(task, "gluon_gemm_residual.py")
+module = candidate_module(task, "CANDIDATE")
 gen = torch.Generator(device="cuda").manual_seed(2)
 cases = [
-    (3, 1000, 4104, torch.bfloat16, {}),
-    (4, 64, 8, torch.bfloat16, {"split_k": 1}),
-    (17, 300, 4096, torch.float16, {"split_k": 3, "num_stages": 4}),
-    (33, 130, 200, torch.bfloat16, {"split_k": 4, "block_k": 64}),
-    (16, 4096, 14336, torch.bfloat16, {"split_k": 8, "block_k": 256, "num_stages": 4}),
-    (1, 7168, 18432, torch.bfloat16, {"late_dependents": True}),
-    (16, 4096, 14336, torch.bfloat16, {"split_k": 4, "num_stages": 5, "programs_per_sm": 2}),
-]
+CASES]
 for m, n, k, dtype, params in cases:
     x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
     w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).to(dtype)
@@ -476,15 +493,38 @@ for m, n, k, dtype, params in cases:
     got = module.kernel(x, w, r, **params).double()
     want = task.reference(x.double(), w.double(), r.double())
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k} {params}")
-    assert all(int(c.abs().sum()) == 0 for c in module._COUNTS.get(x.device, [])), params
+    counts = getattr(module, "_COUNTS", {}).get(x.device, [])
+    assert all(int(c.abs().sum()) == 0 for c in counts), params
     print(m, n, k, dtype, params, "ok", flush=True)
+""".replace("CANDIDATE", candidate).replace("CASES", cases)
+        + tail
+    )
+
+
+# What the task's GPU shapes leave out: rows past 16 (a second row of programs) and short of
+# it, N and K short of a tile, fp16, a short last slice, no rows and no K; each row's own
+# residual; the counts back at zero after every call (graph replays: the test above). In a
+# child process with a time limit: a hang fails the test.
+GLUON_PATHS = _paths_script(
+    "gluon_gemm_residual.py",
+    """\
+    (3, 1000, 4104, torch.bfloat16, {}),
+    (4, 64, 8, torch.bfloat16, {"split_k": 1}),
+    (17, 300, 4096, torch.float16, {"split_k": 3, "num_stages": 4}),
+    (33, 130, 200, torch.bfloat16, {"split_k": 4, "block_k": 64}),
+    (16, 4096, 14336, torch.bfloat16, {"split_k": 8, "block_k": 256, "num_stages": 4}),
+    (1, 7168, 18432, torch.bfloat16, {"late_dependents": True}),
+    (16, 4096, 14336, torch.bfloat16, {"split_k": 4, "num_stages": 5, "programs_per_sm": 2}),
+""",
+    """\
 x = torch.randn(16, 4096, generator=gen, device="cuda").bfloat16()
 w = torch.randn(4096, 4096, generator=gen, device="cuda").mul_(4096**-0.5).bfloat16()
 r = torch.randn(16, 4096, generator=gen, device="cuda").bfloat16()
 assert module.kernel(x[:0], w, r[:0]).shape == (0, 4096)
 torch.testing.assert_close(module.kernel(x[:, :0], w[:, :0], r), r)
 print("empty ok", flush=True)
-"""
+""",
+)
 
 
 @pytest.mark.gpu
@@ -504,31 +544,18 @@ def test_the_gluon_gemv_refuses_what_it_cannot_run_naming_why(task) -> None:
     """bf16 or fp16 only, K a multiple of the columns of a step (256 a warp), groups that
     divide a program's rows, a buffer that fits shared memory, on an sm_90 GPU: anything else is
     refused before any launch, pointing to the Triton GEMV."""
-    kernel = candidate_module(task, GEMV).kernel
-
-    def inputs(m: int, n: int, k: int, dtype=torch.bfloat16):
-        return (
-            torch.zeros(m, k, dtype=dtype),
-            torch.zeros(n, k, dtype=dtype),
-            torch.zeros(m, n, dtype=dtype),
-        )
-
     cases = [
-        (inputs(1, 64, 1024, torch.float32), {}, "bf16 or fp16"),
-        (inputs(1, 64, 1000), {}, "k 1000: a positive multiple of 1024"),
-        (inputs(1, 64, 1024), {"num_warps": 8}, "k 1024: a positive multiple of 2048"),
-        (inputs(1, 64, 2048), {"num_warps": 2}, "num_warps 2: 4 or 8 only"),
-        (inputs(1, 64, 1024), {"rows": 8, "block_rows": 3}, "rows 8 in groups of block_rows 3"),
-        (inputs(1, 64, 1024), {"rows": 12, "block_rows": 8}, "rows 12 in groups of block_rows 8"),
-        (inputs(1, 64, 1024), {"num_stages": 0}, "num_stages 0"),
-        (inputs(1, 8, 16384), {"block_rows": 8}, "block_rows 8 at k 16384: one buffer needs"),
-        (inputs(1, 64, 1024), {}, "needs an sm_90 GPU"),  # here on the CPU
+        (_zeros(1, 64, 1024, torch.float32), {}, "bf16 or fp16"),
+        (_zeros(1, 64, 1000), {}, "k 1000: a positive multiple of 1024"),
+        (_zeros(1, 64, 1024), {"num_warps": 8}, "k 1024: a positive multiple of 2048"),
+        (_zeros(1, 64, 2048), {"num_warps": 2}, "num_warps 2: 4 or 8 only"),
+        (_zeros(1, 64, 1024), {"rows": 8, "block_rows": 3}, "rows 8 in groups of block_rows 3"),
+        (_zeros(1, 64, 1024), {"rows": 12, "block_rows": 8}, "rows 12 in groups of block_rows 8"),
+        (_zeros(1, 64, 1024), {"num_stages": 0}, "num_stages 0"),
+        (_zeros(1, 8, 16384), {"block_rows": 8}, "block_rows 8 at k 16384: one buffer needs"),
+        (_zeros(1, 64, 1024), {}, "needs an sm_90 GPU"),  # here on the CPU
     ]
-    for args, params, why in cases:
-        with pytest.raises(ValueError, match=f"{why}.*use triton_gemv_residual.py"):
-            kernel(*args, **params)
-    with pytest.raises(ValueError, match=r"w must be \(n, 1024\)"):
-        kernel(torch.zeros(1, 1024), torch.zeros(64, 2048), torch.zeros(1, 64))
+    _assert_refused(candidate_module(task, GEMV).kernel, cases, "triton_gemv_residual.py", 1024)
 
 
 def test_the_gluon_gemv_ring_takes_as_many_buffers_as_fit(task) -> None:
@@ -598,71 +625,26 @@ def test_the_gluon_gemv_copies_w_into_shared_memory_before_the_wait(
         assert launch < after.index("ld.shared")
 
 
-@pytest.mark.gpu
-def test_the_gluon_gemv_matches_the_reference_on_gpu(task) -> None:
-    ev = gpu_evaluate(
-        task,
-        [
-            (GEMV, {}),
-            (GEMV, {"rows": 16, "block_rows": 2, "num_stages": 8, "late_dependents": True}),
-            (GEMV, {"rows": 64, "block_rows": 4, "num_stages": 3, "num_warps": 8}),
-            (GEMV, {"rows": 8, "block_rows": 1, "num_stages": 2}),
-        ],
-    )
-    for verdict in ev.verdicts:
-        assert verdict.accepted, (verdict.label, verdict.reasons)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("late", [False, True])
-def test_the_gluon_gemv_waits_for_the_kernel_that_writes_x_and_r(task, late) -> None:
-    """At one row, launched with programmatic dependent launch right after kernels that write x
-    and r late, it still reads the new ones (W is copied in before the wait)."""
-    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
-
-    module = candidate_module(task, GEMV)
-    shape = next(s for s in task.shapes("cuda") if s.name == "m1-n4096-k4096")
-    x, w, r = task.make_inputs(shape, 7, "cuda")
-    want = task.reference(x.double(), w.double(), r.double())
-
-    def run(x, r):
-        return module.kernel(x, w, r, late_dependents=late)
-
-    assert_waits_for_late_inputs(run, (x, r), want)
-
-
 # What the task's GPU shapes leave out: N short of a program's rows and of a group, fp16, rows
 # of x past 4, one buffer refilled after every group, no rows of x; each row's own residual. In
 # a child process with a time limit: a hang fails the test.
-GEMV_PATHS = """
-import torch
-from loop.tasks import load_task
-from tests.kernels.task_checks import candidate_module
-
-task = load_task("linear_residual")
-module = candidate_module(task, "gluon_gemv_residual.py")
-gen = torch.Generator(device="cuda").manual_seed(2)
-cases = [
+GEMV_PATHS = _paths_script(
+    "gluon_gemv_residual.py",
+    """\
     (1, 1000, 1024, torch.bfloat16, {}),
     (3, 37, 2048, torch.float16, {"rows": 16, "block_rows": 8, "num_stages": 2}),
     (5, 300, 4096, torch.bfloat16, {"rows": 64, "block_rows": 2, "num_stages": 4}),
     (1, 4100, 4096, torch.bfloat16, {"block_rows": 8, "num_stages": 3, "num_warps": 8}),
     (2, 130, 28672, torch.bfloat16, {"rows": 32, "block_rows": 4, "num_stages": 7}),
     (1, 4096, 4096, torch.bfloat16, {"late_dependents": True}),
-]
-for m, n, k, dtype, params in cases:
-    x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
-    w = torch.randn(n, k, generator=gen, device="cuda").mul_(k**-0.5).to(dtype)
-    r = torch.arange(m * n, device="cuda").reshape(m, n).float().div_(m * n).to(dtype)
-    got = module.kernel(x, w, r, **params).double()
-    want = task.reference(x.double(), w.double(), r.double())
-    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2, msg=f"m{m} n{n} k{k} {params}")
-    print(m, n, k, dtype, params, "ok", flush=True)
+""",
+    """\
 x = torch.randn(1, 4096, generator=gen, device="cuda").bfloat16()
 w = torch.randn(4096, 4096, generator=gen, device="cuda").bfloat16()
 assert module.kernel(x[:0], w, x[:0]).shape == (0, 4096)
 print("empty ok", flush=True)
-"""
+""",
+)
 
 
 @pytest.mark.gpu
