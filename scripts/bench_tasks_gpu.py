@@ -422,8 +422,9 @@ GLUON_RESIDUAL_REGISTER_PLANS = [
 # wait (gluon_gemv_residual.py): 32 rows a program (128 programs, one wave), in buffers of 4 or 8
 # rows, the ring as deep as shared memory allows or half of it, at 4 and 8 warps; against the
 # Triton GEMV in force, which holds what its registers allow. Its first sweep (call 1) also had
-# buffers of 1 and 2 rows, 64 rows a program and `late_dependents` off: slower per op. The block
-# A/B (variants in session39/) judges the head start.
+# buffers of 1 and 2 rows, 64 rows a program and `late_dependents` off: slower per op. No
+# configuration beat the Triton GEMV, per op (17.1 us at best against 16.8, H100) nor in the
+# Llama b1 block (variants in session39/: 0.957-0.986x).
 GEMV_SHARED_PLANS = [
     Plan(
         "linear_residual",
