@@ -24,7 +24,7 @@ products end.
 
 Session 39 timed it on an H100 (write-up: docs/benchmarks/2026-12-01-h200-session39.md). Let in
 right after the wait, the next kernel took 11 us more; `late_dependents` keeps it out until the
-products end. Even so it lost in the Llama b1 block (0.974-0.986x): the copies before the wait
+products end. Even so it lost in the Llama b1 block (0.973-0.986x): the copies before the wait
 lengthen the GQA merge (0.5-4.6 us), and after the merge the o projection saves at most about
 1 us. Per op it is 17.1 us at best against the Triton GEMV's 16.8, so the tables keep that.
 
@@ -58,7 +58,7 @@ BOX = gl.constexpr(COLUMNS)
 
 
 def step(warps: int) -> int:
-    """Columns a step: 8 a thread, 32 threads a warp."""
+    """Columns a step: 256 a warp (8 a thread, 32 threads)."""
     return COLUMNS * warps
 
 
@@ -87,8 +87,8 @@ def _prefetch_l1(ptrs):
 
 @gluon.jit
 def _copy_group(w_desc, ring, ready, stage, row0, STEPS: gl.constexpr):
-    """Rows row0 .. row0 + GROUP - 1 of W into a ring buffer by TMA (rows past N as zeros), a
-    box of GROUP rows x one step a copy, all counted on the buffer's barrier."""
+    """A group's rows of W, from row0, into ring buffer `stage` by TMA (rows past N as zeros):
+    a box of the group's rows x one step a copy, every copy counted on the buffer's barrier."""
     mbarrier.expect(ready.index(stage), STEPS * w_desc.block_type.nbytes)
     for c in gl.static_range(STEPS):
         tma_load(w_desc, [row0, c * w_desc.block_type.shape[1], 0], ready.index(stage),
