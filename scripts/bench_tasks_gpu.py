@@ -431,8 +431,9 @@ GEMV_SHARED_PLANS = [
         "gluon_gemv_residual.py",
         ["m1-n4096-k4096"],
         [
-            {"rows": 32, "block_rows": group, "num_stages": stages, "late_dependents": True}
-            | {"num_warps": warps}
+            dict(
+                rows=32, block_rows=group, num_stages=stages, late_dependents=True, num_warps=warps
+            )
             for group, stages in ((4, 7), (8, 3), (4, 4))
             for warps in (4, 8)
         ],

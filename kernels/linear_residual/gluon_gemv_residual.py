@@ -163,16 +163,24 @@ def _gemv_residual(w_desc, x_ptr, r_ptr, y_ptr, M, N, K: gl.constexpr, ROWS: gl.
         _gdc_launch_dependents()
 
 
+ROOM = 1024  # for the sums' reduction across the warps
+
+
+def _buffer_bytes(k: int, block_rows: int) -> int:
+    """A ring buffer of `block_rows` rows of W and its barrier."""
+    return block_rows * k * 2 + 8
+
+
 def shared_bytes(k: int, block_rows: int, stages: int) -> int:
     """Shared memory of a program: the ring of W rows, its barriers, with room for the sums'
     reduction."""
-    return stages * (block_rows * k * 2 + 8) + 1024
+    return stages * _buffer_bytes(k, block_rows) + ROOM
 
 
 def ring_stages(k: int, rows: int, block_rows: int, stages: int) -> int:
     """Buffers the ring takes: `stages` at most, no more than the program's groups, and as
     many as fit shared memory (0 where not even one does)."""
-    fit = (SHARED_BYTES - shared_bytes(k, block_rows, 0)) // (block_rows * k * 2 + 8)
+    fit = (SHARED_BYTES - ROOM) // _buffer_bytes(k, block_rows)
     return min(stages, rows // block_rows, fit)
 
 

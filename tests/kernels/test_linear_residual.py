@@ -445,7 +445,7 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     assert ("atom" in ptx) == (splits > 1)
 
 
-# Each Gluon candidate at configurations its sweeps and block variants use, over every GPU shape.
+# Each Gluon candidate at configurations across its parameters, over every GPU shape.
 GLUON_GPU_CONFIGS = {
     "gluon_gemm_residual.py": [
         {},
