@@ -15,8 +15,10 @@ Llama's block calls four fused ops: the input norms folded into the projections 
 (`rmsnorm_linear`: the qkv projection, or `rmsnorm_linear_rope` with rope after it;
 `rmsnorm_linear_swiglu`: the MLP's gate+up projection with SwiGLU after it) and the residual
 adds into the projections before them (`linear_residual`: the output and down projections).
-DeepSeek's calls the same ones, `mla_rope_norm` (its queries' and key's rope and its latent's
-norm after the projections) and `mla_decode_value` (the attention and its value projection).
+At decode it calls `gqa_decode_residual` (the attention with the output projection and its
+residual add after it) where a tuned kernel runs that in one. DeepSeek's calls the same ones,
+`mla_rope_norm` (its queries' and key's rope and its latent's norm after the projections) and
+`mla_decode_value` (the attention and its value projection).
 Where no tuned kernel does one in one, it is the composition of the unfused ops, and where
 neither the output projection's add nor the MLP's norm is fused, the two run as one
 `add_rmsnorm`, so the block's math is the same either way.
@@ -226,6 +228,9 @@ class Ops:
     mla_rope_norm: Callable | None = None
     # head_gemv(mla_decode(q_nope, q_pe, ckv, kpe), w_uv): the attention and its value projection
     mla_decode_value: Callable | None = None
+    # linear_residual(attention_decode(q, k, v) flattened over its heads, w_o, r): Llama's
+    # attention at decode, its output projection and the residual add
+    gqa_decode_residual: Callable | None = None
     # (op name, *the op's arguments) -> whether a tuned kernel runs that call (a constant to
     # torch.compile); the eager ops run none.
     is_kernel: Callable[..., bool] = lambda op, *args: False
@@ -319,6 +324,11 @@ _COMPOSED: dict[str, Callable[[Ops], Callable]] = {
     "mla_decode_value": lambda ops: (
         lambda q_nope, q_pe, ckv, kpe, w_uv: ops.head_gemv(
             ops.mla_decode(q_nope, q_pe, ckv, kpe), w_uv
+        )
+    ),
+    "gqa_decode_residual": lambda ops: (
+        lambda q, k, v, w_o, r: ops.linear_residual(
+            ops.attention_decode(q, k, v).reshape(q.shape[0], -1), w_o, r
         )
     ),
 }
@@ -452,6 +462,17 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
             "rope_dim": qp.shape[2],
             "v_head_dim": w.shape[1],
             "kv_len": ckv.shape[1],
+        },
+    ),
+    "gqa_decode_residual": (
+        "gqa_decode_residual",
+        lambda q, k, v, w_o, r: {
+            "batch": q.shape[0],
+            "q_heads": q.shape[1],
+            "kv_heads": k.shape[1],
+            "head_dim": q.shape[2],
+            "kv_len": k.shape[2],
+            "hidden": w_o.shape[0],
         },
     ),
 }
@@ -738,11 +759,15 @@ def _mlp(ops: Ops, w: dict[str, torch.Tensor], attn: torch.Tensor, x: torch.Tens
         "rmsnorm_linear", x, norm, w_gate_up
     )
     if norm_fused or ops.is_kernel("linear_residual", attn, wo, x):
-        h = ops.linear_residual(attn, wo, x)
-        act = ops.rmsnorm_linear_swiglu(h, norm, w_gate_up)
-    else:  # neither is fused here: the residual add and the norm in one op
-        y, h = ops.add_rmsnorm(ops.linear(attn, wo), x, norm)
-        act = ops.swiglu(ops.linear(y, w_gate_up))
+        return _ffn(ops, w, ops.linear_residual(attn, wo, x))
+    # neither is fused here: the residual add and the norm in one op
+    y, h = ops.add_rmsnorm(ops.linear(attn, wo), x, norm)
+    return ops.linear_residual(ops.swiglu(ops.linear(y, w_gate_up)), w["w_down"], h)
+
+
+def _ffn(ops: Ops, w: dict[str, torch.Tensor], h: torch.Tensor) -> torch.Tensor:
+    """The norm, the SwiGLU MLP and its down projection onto the residual stream h."""
+    act = ops.rmsnorm_linear_swiglu(h, w["ffn_norm"], w["w_gate_up"])
     return ops.linear_residual(act, w["w_down"], h)
 
 
@@ -766,6 +791,9 @@ def _llama_block(cfg: LlamaConfig, w: dict[str, torch.Tensor], ops: Ops) -> Bloc
         """x (B, hidden); caches (B, kv_heads, L, d) holding the new token's slot; cos and sin
         (B, d/2) at the new token's position. Returns (out, k_new, v_new)."""
         q, k, v = attention_in(x, cos, sin)
+        if ops.is_kernel("gqa_decode_residual", q, k_cache, v_cache, w["wo"], x):
+            h = ops.gqa_decode_residual(q, k_cache, v_cache, w["wo"], x)
+            return _ffn(ops, w, h), k, v
         attn = ops.attention_decode(q, k_cache, v_cache)
         return _mlp(ops, w, attn.reshape(x.shape[0], nq * d), x), k, v
 

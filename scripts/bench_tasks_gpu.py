@@ -2,7 +2,8 @@
 rope, skinny_gemm's CuPy GEMVs at M <= 16, the fused decode GEMVs rmsnorm_linear,
 linear_residual, rmsnorm_linear_swiglu and rmsnorm_linear_rope, and MLA's per-head head_gemv, its
 rope and latent norm (mla_rope_norm) and its attention with the value projection
-(mla_decode_value)):
+(mla_decode_value), and Llama's decode attention with the output projection and its add
+(gqa_decode_residual)):
 an optional quick sweep that times a short list of each candidate's configurations at the
 plan's first shape (one evaluator call per plan: verify, then interleaved CUDA-graph timing) and
 keeps the fastest, then `autotune bench` of that configuration against the peers over the
@@ -1086,6 +1087,16 @@ PLANS = [
         ),
         tag="mlavalue16",
         peers=FUSED_PEERS,
+    ),
+    # Llama's attention with the output projection and its add, no merge kernel between them:
+    # the projection's row blocks and warps, the split's tokens, at one sequence.
+    Plan(
+        "gqa_decode_residual",
+        "triton_gqa_decode_residual.py",
+        ["b1-kv4096", "b1-kv32768", "b16-kv4096"],
+        _grid({"block_r": [64, 128, 256], "num_warps": [4, 8], "split_tokens": [128, 256]}),
+        tag="gqaresidual",
+        peers=["eager", "torch.compile", "sdpa-gqa"],
     ),
 ]
 

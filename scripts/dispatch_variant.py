@@ -11,7 +11,8 @@ Markdown is not (it describes the tables as benched): VARIANT.txt says what was 
 
 NAME is a candidate file of the task's folder (its PARAMS_JSON a JSON object) or one of the
 task's peers (PARAMS_JSON '{}'). SHAPE is an entry's shape, or one of the task's GPU shapes that
-the table has no entry for, which is then added (edited like the others).
+the table has no entry for, which is then added (edited like the others). A task SRC_DIR has no
+table for gets a new one holding only the entries set.
 """
 
 from __future__ import annotations
@@ -76,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for task_name, shape, name, params_json in args.set:
             path = args.src / f"dispatch-{task_name}.json"
-            if not path.is_file():
-                raise ValueError(f"{path}: no dispatch table for task {task_name!r}")
             try:
                 params = json.loads(params_json)
             except json.JSONDecodeError as exc:
@@ -87,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             task = load_task(task_name)
             if name.endswith(".py") and not (task.folder / name).is_file():
                 raise ValueError(f"{task_name}: no candidate file {name} in {task.folder}")
-            table = tables.setdefault(task_name, load_dispatch(path))
+            if task_name not in tables:
+                tables[task_name] = (
+                    load_dispatch(path)
+                    if path.is_file()
+                    else {"task": task_name, "bucket_key": task.bucket_key, "entries": []}
+                )
+            table = tables[task_name]
             dims = next((s.dims for s in task.shapes("cuda") if s.name == shape), None)
             edit_entry(table, shape, name, params, list(task.peers), dims)
     except (ValueError, TaskError) as exc:

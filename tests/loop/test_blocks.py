@@ -149,7 +149,8 @@ def test_a_tuned_chunk_runs_its_tables_attention_eagerly_and_compiled(cfg, tmp_p
 # skinny_gemm ones they make unused (`fused`), or without them (then the MLP's add and norm run
 # as add_rmsnorm); with `epilogues`, SwiGLU (and Llama's rope) folded into the projections
 # before them too (rmsnorm_linear_swiglu, rmsnorm_linear_rope), MLA's rope and latent norm
-# after them (mla_rope_norm) and its attention with the value projection (mla_decode_value).
+# after them (mla_rope_norm) and its attention with the value projection (mla_decode_value), and
+# Llama's decode attention with the output projection and its add (gqa_decode_residual).
 def _prefill_attention_dims(cfg, batch: int) -> tuple[str, dict]:
     """The prefill attention's task and dims but the lengths: MLA's expanded form has q and k
     of nope + rope dims and a narrower v."""
@@ -219,6 +220,9 @@ def _entries(cfg, mode: str, fused: bool = True, epilogues: bool = False) -> dic
         dims = {"batch": b, "q_heads": cfg.heads, "kv_heads": cfg.kv_heads}
         dims.update({"head_dim": cfg.head_dim, "kv_len": n, **dt})
         out["gqa_decode"] = [(dims, {"chunk": 8})]
+        if epilogues:  # the attention, the output projection and its add in one op
+            del out["gqa_decode"]
+            out["gqa_decode_residual"] = [({**dims, "hidden": cfg.hidden}, {"chunk": 8})]
     if mode == "prefill":
         task, dims = _prefill_attention_dims(cfg, b)
         dims.update({"q_len": n, "kv_len": n, **dt})
@@ -265,6 +269,7 @@ _BUCKETS = {
     "mla_rope_norm": "tokens",
     "mla_decode_value": "kv_len",
     "gqa_decode": "kv_len",
+    "gqa_decode_residual": "kv_len",
     "prefill_attention": "kv_len",
     "mla_prefill_attention": "kv_len",
     "mla_decode": "kv_len",
@@ -707,6 +712,12 @@ def test_the_fused_ops_compose_the_unfused_ones() -> None:
     torch.testing.assert_close(v, normed @ w[12:].t())
     torch.testing.assert_close(ops.rmsnorm_linear_swiglu(x, g, w), ops.swiglu(normed @ w.t()))
     torch.testing.assert_close(ops.linear_residual(x, w[:12], r), x @ w[:12].t() + r)
+    q, k, v = (torch.randn(3, h, 5, 4, generator=gen) for h in (4, 2, 2))
+    w_o = torch.randn(12, 16, generator=gen)
+    attn = ops.attention_decode(q[:, :, 0], k, v).reshape(3, 16)
+    torch.testing.assert_close(
+        ops.gqa_decode_residual(q[:, :, 0], k, v, w_o, r), attn @ w_o.t() + r
+    )
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.kind)

@@ -295,6 +295,23 @@ def test_variant_adds_an_entry_for_a_task_shape_the_table_lacks(tmp_path: Path) 
     assert added["edited"] and added["dims"]["tokens"] == 16 and added["dims"]["hidden"] == 4096
 
 
+def test_variant_makes_a_table_for_a_task_the_source_has_none_for(tmp_path: Path) -> None:
+    """softmax has no table in the source: the variant writes one holding only the entry set,
+    keyed as the task buckets, beside the source's tables copied unchanged."""
+    src = _tables(tmp_path)
+    dst = tmp_path / "dst"
+    args = [str(src), str(dst), "--set", "softmax", "decode-64x128256", "eager", "{}"]
+    assert _variant_script().main(args) == 0
+    table = json.loads((dst / "dispatch-softmax.json").read_text())
+    assert table["bucket_key"] == load_task("softmax").bucket_key
+    assert [(e["shape"], e["name"], e["edited"]) for e in table["entries"]] == [
+        ("decode-64x128256", "eager", True)
+    ]
+    assert (dst / "dispatch-rmsnorm.json").read_text() == (
+        src / "dispatch-rmsnorm.json"
+    ).read_text()
+
+
 @pytest.mark.parametrize(
     "entry,message",
     [
@@ -304,7 +321,7 @@ def test_variant_adds_an_entry_for_a_task_shape_the_table_lacks(tmp_path: Path) 
         (["rmsnorm", LONG, "eager", '{"a": 1}'], "peer 'eager' takes no params"),
         (["rmsnorm", DECODE, "torch_rmsnorm.py", "[1]"], "expected a JSON object"),
         (["rmsnorm", DECODE, "torch_rmsnorm.py", "{bad"], "not JSON"),
-        (["softmax", DECODE, "torch_softmax.py", "{}"], "no dispatch table for task 'softmax'"),
+        (["softmax", DECODE, "torch_softmax.py", "{}"], f"softmax: no entry for shape {DECODE!r}"),
     ],
 )
 def test_variant_rejects_bad_entries_and_writes_nothing(tmp_path, capsys, entry, message) -> None:

@@ -1,0 +1,254 @@
+"""GQA decode, its output projection and the residual add in two Triton kernels, with no merge
+kernel between them: y = attention(q, k, v) W_o^T + r.
+
+The split kernel is gqa_decode's (flash-decoding): a program reads one KV head's split of the
+cache once for the group's query heads and stores each head's partial output and log-sum-exp.
+The projection kernel takes the merge's place. Its program (rows, head) holds `block_r` rows of
+W_o by the `head_dim` columns of one query head; it merges that head's partials (one round
+trip a sequence: every split's weight and partial at once), multiplies its tile by them on the
+tensor cores (up to 16 sequences a product, one a column) and stores the float32 products; the last of a row block's `q_heads` programs to arrive (an acq_rel count,
+after a barrier that puts every thread's stores first) adds the heads' products in a fixed
+order, adds r, writes the rows and resets the count. A head's partials are read by each of the
+hidden / block_r programs that hold its columns: at block_r 256 and 4096 rows, 16 times.
+
+On Hopper and later both kernels are launched with programmatic dependent launch. The split
+kernel waits (`gdc_wait`) before it reads anything (with `early_history`, before it reads
+anything but the history of its first tile: gqa_decode's option, right where the kernel before
+writes no slot of the cache but the last), then lets the projection kernel launch, whose
+programs load their W_o tile, which nothing in the stream writes, before their own wait: the
+weight streams while the attention runs. After its wait the projection kernel lets the kernel
+after it launch.
+
+The counts live in one buffer per device, zeroed once when it is made; calls on the same device
+must therefore not overlap (run them on one stream, as torch does by default).
+"""
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LANGUAGE = "triton"
+PARAMS = {
+    "block_n": [16, 32, 64, 128],
+    "split_tokens": [0, 16, 32, 64, 128, 256, 512, 1024, 2048],
+    "num_stages": [2, 3, 4],
+    "early_history": [False, True],
+    "block_r": [16, 32, 64, 128, 256],
+    "num_warps": [4, 8],
+}
+LOG2E = 1.4426950408889634
+# One projection program reads every split of its head at once: at most this many.
+MAX_SPLITS = 64
+# Splits when split_tokens is 0: gqa_decode's H200 choice for one sequence at 4096 tokens.
+AUTO_SPLIT_TOKENS = 128
+
+
+@triton.jit
+def _split_kernel(
+    q_ptr, k_ptr, v_ptr, po_ptr, plse_ptr, kv_len, tokens_per_split, n_splits, scale_log2,
+    stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+    HKV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
+    BLOCK_N: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    b = pid_bh // HKV
+    h = pid_bh % HKV
+    d = tl.arange(0, D)
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    start = pid_s * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, kv_len)
+    if EARLY:
+        # the first tile's history (every slot but the last) before the wait
+        offs0 = start + tl.arange(0, BLOCK_N)
+        ok0 = offs0 < end
+        k_rows0 = k_base + offs0.to(tl.int64)[:, None] * stride_kn + d[None, :]
+        v_rows0 = v_base + offs0.to(tl.int64)[:, None] * stride_vn + d[None, :]
+        old = (ok0 & (offs0 < kv_len - 1))[:, None]
+        k0 = tl.load(k_rows0, mask=old, other=0.0)
+        v0 = tl.load(v_rows0, mask=old, other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    g = tl.arange(0, GROUP_PAD)
+    g_ok = g < GROUP
+    q_rows = q_ptr + b.to(tl.int64) * stride_qb + (h * GROUP + g)[:, None] * stride_qh
+    q = tl.load(q_rows + d[None, :], mask=g_ok[:, None], other=0.0)
+    m_i = tl.full((GROUP_PAD,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((GROUP_PAD,), dtype=tl.float32)
+    acc = tl.zeros((GROUP_PAD, D), dtype=tl.float32)
+    first = start
+    if EARLY:
+        # the new token's slot, if it is in the first tile, after the wait
+        new = (ok0 & (offs0 == kv_len - 1))[:, None]
+        k0 = tl.where(new, tl.load(k_rows0, mask=new, other=0.0), k0)
+        v0 = tl.where(new, tl.load(v_rows0, mask=new, other=0.0), v0)
+        m_i, alpha, p, l_i = _scores(q, k0, ok0, m_i, l_i, scale_log2)
+        acc = tl.dot(p.to(v0.dtype), v0, acc * alpha[:, None], input_precision="ieee")
+        first = start + BLOCK_N
+    for n0 in range(first, end, BLOCK_N):
+        offs = n0 + tl.arange(0, BLOCK_N)
+        ok = offs < end
+        rows = offs.to(tl.int64)[:, None]
+        k = tl.load(k_base + rows * stride_kn + d[None, :], mask=ok[:, None], other=0.0)
+        m_i, alpha, p, l_i = _scores(q, k, ok, m_i, l_i, scale_log2)
+        v = tl.load(v_base + rows * stride_vn + d[None, :], mask=ok[:, None], other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    head = (b * HKV + h) * GROUP + g
+    part = head.to(tl.int64) * n_splits + pid_s
+    tl.store(po_ptr + part[:, None] * D + d[None, :], acc / l_i[:, None], mask=g_ok[:, None])
+    tl.store(plse_ptr + part, m_i + tl.log2(l_i), mask=g_ok)
+
+
+@triton.jit
+def _scores(q, k, ok, m_i, l_i, scale_log2):
+    """One tile of keys (rows past `ok` masked off) into the online softmax: the new running
+    max, the rescale of what came before, the tile's weights and the new running sum."""
+    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    s = tl.where(ok[None, :], s * scale_log2, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def _merge_project(
+    po_ptr, plse_ptr, w_ptr, r_ptr, y_ptr, ws_ptr, count_ptr, batch, n_rows, n_splits,
+    HQ: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    block = tl.program_id(0) // HQ
+    head = tl.program_id(0) % HQ
+    rows = block * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows_ok = rows < n_rows
+    d = tl.arange(0, D)
+    w = tl.load(
+        w_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + head * D + d[None, :],
+        mask=rows_ok[:, None], other=0.0, eviction_policy="evict_first",
+    )  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    sp = tl.arange(0, BLOCK_S)
+    s_ok = sp < n_splits
+    col = tl.arange(0, 16)
+    for b0 in range(0, batch, 16):
+        # the head's attention for up to 16 sequences, one a column, in the model dtype (as the
+        # unfused ops hand it to the projection): one tensor-core product for all of them
+        attn = tl.zeros((D, 16), dtype=tl.float32)
+        for b in range(b0, tl.minimum(b0 + 16, batch)):
+            part = (b * HQ + head).to(tl.int64) * n_splits + sp
+            lse = tl.load(plse_ptr + part, mask=s_ok, other=float("-inf"))
+            o = tl.load(po_ptr + part[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0)
+            weight = tl.exp2(lse - tl.max(lse, axis=0))
+            merged = tl.sum(weight[:, None] * o, axis=0) / tl.sum(weight, axis=0)
+            attn = tl.where(col[None, :] == b - b0, merged[:, None], attn)
+        prods = tl.dot(w, attn.to(w.dtype), input_precision="ieee")  # (BLOCK_R, 16) float32
+        seqs = b0 + col
+        ws = ws_ptr + (seqs[None, :] * HQ + head).to(tl.int64) * n_rows + rows[:, None]
+        tl.store(ws, prods, mask=rows_ok[:, None] & (seqs < batch)[None, :])
+    # The barrier puts every thread's stores before the count, whose release publishes them at
+    # GPU scope; the last program's count acquires all the others'.
+    tl.debug_barrier()
+    arrived = tl.atomic_add(count_ptr + block, 1, sem="acq_rel", scope="gpu")
+    if arrived == HQ - 1:
+        tl.store(count_ptr + block, 0)  # every head has counted: ready for the next call
+        h = tl.arange(0, HQ)
+        for b in range(batch):
+            prods = tl.load(
+                ws_ptr + (b * HQ + h).to(tl.int64)[:, None] * n_rows + rows[None, :],
+                mask=rows_ok[None, :], other=0.0, cache_modifier=".cg",
+            )  # fmt: skip
+            res = tl.load(r_ptr + b * n_rows + rows, mask=rows_ok, other=0.0).to(tl.float32)
+            out = tl.sum(prods, axis=0) + res
+            tl.store(y_ptr + b * n_rows + rows, out.to(y_ptr.dtype.element_ty), mask=rows_ok)
+
+
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: CUDA devices of compute capability 9 and later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+# The arrival counts, per device: zero between calls (the last program of a row block resets
+# its count). Every buffer is kept, as a CUDA graph may hold any of them.
+_COUNTS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
+    held = _COUNTS.setdefault(device, [])
+    if held and held[-1].numel() >= n:
+        return held[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    held.append(
+        torch.zeros(max(n, 2 * held[-1].numel() if held else 0), dtype=torch.int32, device=device)
+    )
+    return held[-1]
+
+
+def split_size(kv_len: int, split_tokens: int, block_n: int) -> int:
+    """Tokens a split: `split_tokens` (AUTO_SPLIT_TOKENS for 0) rounded up to whole tiles, and
+    raised where that would make more than MAX_SPLITS splits."""
+    tokens = triton.cdiv(split_tokens or AUTO_SPLIT_TOKENS, block_n) * block_n
+    fewest = triton.cdiv(triton.cdiv(kv_len, MAX_SPLITS), block_n) * block_n
+    return max(tokens, fewest)
+
+
+def kernel(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    w_o: torch.Tensor,
+    r: torch.Tensor,
+    block_n: int = 64,
+    split_tokens: int = 0,
+    num_stages: int = 3,
+    early_history: bool = False,
+    block_r: int = 256,
+    num_warps: int = 8,
+) -> torch.Tensor:
+    b, hq, d = q.shape
+    _, hkv, kv_len, _ = k_cache.shape
+    hidden = w_o.shape[0]
+    if kv_len == 0:
+        raise ValueError("the cache is empty: attention needs at least one cached token")
+    if w_o.shape != (hidden, hq * d) or r.shape != (b, hidden):
+        raise ValueError(
+            f"w_o must be (hidden, {hq * d}) and r ({b}, hidden), "
+            f"got {tuple(w_o.shape)} and {tuple(r.shape)}"
+        )
+    if d & (d - 1) or hq & (hq - 1):
+        raise ValueError(f"head_dim {d} and q_heads {hq} must be powers of two")
+    q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
+    w_o, r = w_o.contiguous(), r.contiguous()
+    group = hq // hkv
+    tokens = split_size(kv_len, split_tokens, block_n)
+    n_splits = triton.cdiv(kv_len, tokens)
+    part_o = torch.empty((b * hq * n_splits, d), device=q.device, dtype=torch.float32)
+    part_lse = torch.empty((b * hq * n_splits,), device=q.device, dtype=torch.float32)
+    pdl = _pdl(q.device)
+    _split_kernel[(b * hkv, n_splits)](
+        q, k_cache, v_cache, part_o, part_lse, kv_len, tokens, n_splits, LOG2E / math.sqrt(d),
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        HKV=hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), D=d,
+        BLOCK_N=block_n, PDL=pdl, EARLY=bool(early_history), num_warps=4,
+        num_stages=num_stages, launch_pdl=pdl,
+    )  # fmt: skip
+    blocks = triton.cdiv(hidden, block_r)
+    y = torch.empty((b, hidden), device=q.device, dtype=q.dtype)
+    products = torch.empty((b * hq * hidden,), device=q.device, dtype=torch.float32)
+    _merge_project[(blocks * hq,)](
+        part_o, part_lse, w_o, r, y, products, _arrival_counts(blocks, q.device), b, hidden,
+        n_splits, HQ=hq, D=d, BLOCK_R=block_r, BLOCK_S=max(2, triton.next_power_of_2(n_splits)),
+        PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+    )  # fmt: skip
+    return y
