@@ -1089,12 +1089,18 @@ PLANS = [
         peers=FUSED_PEERS,
     ),
     # Llama's attention with the output projection and its add, no merge kernel between them:
-    # the projection's row blocks and warps, the split's tokens, at one sequence.
+    # the projection's row blocks, heads a program, tiles ahead and warps (configurations that
+    # spill no register), at one sequence.
     Plan(
         "gqa_decode_residual",
         "triton_gqa_decode_residual.py",
         ["b1-kv4096", "b1-kv32768", "b16-kv4096"],
-        _grid({"block_r": [64, 128, 256], "num_warps": [4, 8], "split_tokens": [128, 256]}),
+        [
+            dict(block_r=r, heads_per_program=h, ahead=a, num_warps=w, split_tokens=t)
+            for r, h, a, w in ((128, 8, 2, 8), (64, 8, 1, 4), (64, 4, 2, 4), (128, 1, 1, 8))
+            for t in (128, 256)
+        ]
+        + [dict(block_r=32, heads_per_program=32, ahead=2, num_warps=4, split_tokens=128)],
         tag="gqaresidual",
         peers=["eager", "torch.compile", "sdpa-gqa"],
     ),

@@ -3,21 +3,23 @@ kernel between them: y = attention(q, k, v) W_o^T + r.
 
 The split kernel is gqa_decode's (flash-decoding): a program reads one KV head's split of the
 cache once for the group's query heads and stores each head's partial output and log-sum-exp.
-The projection kernel takes the merge's place. Its program (rows, head) holds `block_r` rows of
-W_o by the `head_dim` columns of one query head; it merges that head's partials (one round
-trip a sequence: every split's weight and partial at once), multiplies its tile by them on the
-tensor cores (up to 16 sequences a product, one a column) and stores the float32 products; the last of a row block's `q_heads` programs to arrive (an acq_rel count,
-after a barrier that puts every thread's stores first) adds the heads' products in a fixed
-order, adds r, writes the rows and resets the count. A head's partials are read by each of the
-hidden / block_r programs that hold its columns: at block_r 256 and 4096 rows, 16 times.
+The projection kernel takes the merge's place. Its program (rows, heads) holds `block_r` rows
+of W_o by the columns of `heads_per_program` query heads: head by head, it merges that head's
+partials (one round trip a sequence: every split's weight and partial at once) and adds its
+tile times them into float32 sums on the CUDA cores, the tile `ahead` heads on already asked
+for; then it stores the sums, and the last of a row block's programs to arrive (an acq_rel
+count, after a barrier that puts every thread's stores first) adds the programs' sums in a
+fixed order, adds r, writes the rows and resets the count. A head's partials are read by each
+of the hidden / block_r programs that hold its columns (32 at block_r 128 and 4096 rows); the
+sequences go up to 16 to a program.
 
 On Hopper and later both kernels are launched with programmatic dependent launch. The split
 kernel waits (`gdc_wait`) before it reads anything (with `early_history`, before it reads
 anything but the history of its first tile: gqa_decode's option, right where the kernel before
 writes no slot of the cache but the last), then lets the projection kernel launch, whose
-programs load their W_o tile, which nothing in the stream writes, before their own wait: the
-weight streams while the attention runs. After its wait the projection kernel lets the kernel
-after it launch.
+programs load their first `ahead` tiles of W_o, which nothing in the stream writes, before
+their own wait: the weight streams while the attention runs. After its wait the projection
+kernel lets the kernel after it launch.
 
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
@@ -37,6 +39,8 @@ PARAMS = {
     "num_stages": [2, 3, 4],
     "early_history": [False, True],
     "block_r": [16, 32, 64, 128, 256],
+    "heads_per_program": [1, 2, 4, 8, 16, 32],
+    "ahead": [1, 2],
     "num_warps": [4, 8],
 }
 LOG2E = 1.4426950408889634
@@ -120,53 +124,74 @@ def _scores(q, k, ok, m_i, l_i, scale_log2):
 def _merge_project(
     po_ptr, plse_ptr, w_ptr, r_ptr, y_ptr, ws_ptr, count_ptr, batch, n_rows, n_splits,
     HQ: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
-    PDL: tl.constexpr,
+    HEADS: tl.constexpr, AHEAD: tl.constexpr, SEQS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    block = tl.program_id(0) // HQ
-    head = tl.program_id(0) % HQ
+    groups: tl.constexpr = HQ // HEADS
+    block = tl.program_id(0) // groups
+    group = tl.program_id(0) % groups
+    chunk = tl.program_id(1)  # of SEQS sequences
     rows = block * BLOCK_R + tl.arange(0, BLOCK_R)
     rows_ok = rows < n_rows
     d = tl.arange(0, D)
-    w = tl.load(
-        w_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + head * D + d[None, :],
-        mask=rows_ok[:, None], other=0.0, eviction_policy="evict_first",
-    )  # fmt: skip
+    w_rows = w_ptr + rows.to(tl.int64)[:, None] * (HQ * D) + group * (HEADS * D) + d[None, :]
+    # the first AHEAD heads' tiles of W_o before the wait (nothing in the stream writes W_o)
+    w_next = _w_tile(w_rows, rows_ok)
+    w_after = w_next
+    if AHEAD == 2 and HEADS > 1:
+        w_after = _w_tile(w_rows + D, rows_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     sp = tl.arange(0, BLOCK_S)
     s_ok = sp < n_splits
-    col = tl.arange(0, 16)
-    for b0 in range(0, batch, 16):
-        # the head's attention for up to 16 sequences, one a column, in the model dtype (as the
-        # unfused ops hand it to the projection): one tensor-core product for all of them
-        attn = tl.zeros((D, 16), dtype=tl.float32)
-        for b in range(b0, tl.minimum(b0 + 16, batch)):
+    col = tl.arange(0, SEQS)
+    b0 = chunk * SEQS
+    acc = tl.zeros((BLOCK_R, SEQS), dtype=tl.float32)  # a sequence a column
+    for i in tl.static_range(HEADS):
+        w = w_next.to(tl.float32)
+        # the tile AHEAD heads on is asked for before this head's partials are read
+        if AHEAD == 2:
+            w_next = w_after
+            if i + 2 < HEADS:
+                w_after = _w_tile(w_rows + (i + 2) * D, rows_ok)
+        elif i + 1 < HEADS:
+            w_next = _w_tile(w_rows + (i + 1) * D, rows_ok)
+        head = group * HEADS + i
+        for b in range(b0, tl.minimum(b0 + SEQS, batch)):
             part = (b * HQ + head).to(tl.int64) * n_splits + sp
             lse = tl.load(plse_ptr + part, mask=s_ok, other=float("-inf"))
             o = tl.load(po_ptr + part[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0)
             weight = tl.exp2(lse - tl.max(lse, axis=0))
-            merged = tl.sum(weight[:, None] * o, axis=0) / tl.sum(weight, axis=0)
-            attn = tl.where(col[None, :] == b - b0, merged[:, None], attn)
-        prods = tl.dot(w, attn.to(w.dtype), input_precision="ieee")  # (BLOCK_R, 16) float32
-        seqs = b0 + col
-        ws = ws_ptr + (seqs[None, :] * HQ + head).to(tl.int64) * n_rows + rows[:, None]
-        tl.store(ws, prods, mask=rows_ok[:, None] & (seqs < batch)[None, :])
+            attn = tl.sum(weight[:, None] * o, axis=0) / tl.sum(weight, axis=0)
+            # the attention rounded to the model dtype, as the unfused ops hand it on
+            attn = attn.to(w_ptr.dtype.element_ty).to(tl.float32)
+            prod = tl.sum(w * attn[None, :], axis=1)
+            acc = tl.where(col[None, :] == b - b0, acc + prod[:, None], acc)
+    seqs = b0 + col
+    ws = ws_ptr + (seqs[None, :] * groups + group).to(tl.int64) * n_rows + rows[:, None]
+    tl.store(ws, acc, mask=rows_ok[:, None] & (seqs < batch)[None, :])
     # The barrier puts every thread's stores before the count, whose release publishes them at
     # GPU scope; the last program's count acquires all the others'.
     tl.debug_barrier()
-    arrived = tl.atomic_add(count_ptr + block, 1, sem="acq_rel", scope="gpu")
-    if arrived == HQ - 1:
-        tl.store(count_ptr + block, 0)  # every head has counted: ready for the next call
-        h = tl.arange(0, HQ)
-        for b in range(batch):
+    count = count_ptr + block * tl.num_programs(1) + chunk
+    arrived = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
+    if arrived == groups - 1:
+        tl.store(count, 0)  # every group has counted: ready for the next call
+        g = tl.arange(0, groups)
+        for b in range(b0, tl.minimum(b0 + SEQS, batch)):
             prods = tl.load(
-                ws_ptr + (b * HQ + h).to(tl.int64)[:, None] * n_rows + rows[None, :],
+                ws_ptr + (b * groups + g).to(tl.int64)[:, None] * n_rows + rows[None, :],
                 mask=rows_ok[None, :], other=0.0, cache_modifier=".cg",
             )  # fmt: skip
             res = tl.load(r_ptr + b * n_rows + rows, mask=rows_ok, other=0.0).to(tl.float32)
             out = tl.sum(prods, axis=0) + res
             tl.store(y_ptr + b * n_rows + rows, out.to(y_ptr.dtype.element_ty), mask=rows_ok)
+
+
+@triton.jit
+def _w_tile(ptrs, rows_ok):
+    """One head's columns of W_o for the program's rows, streamed once (evict first)."""
+    return tl.load(ptrs, mask=rows_ok[:, None], other=0.0, eviction_policy="evict_first")
 
 
 @functools.cache
@@ -212,7 +237,9 @@ def kernel(
     split_tokens: int = 0,
     num_stages: int = 3,
     early_history: bool = False,
-    block_r: int = 256,
+    block_r: int = 128,
+    heads_per_program: int = 8,
+    ahead: int = 2,
     num_warps: int = 8,
 ) -> torch.Tensor:
     b, hq, d = q.shape
@@ -227,6 +254,8 @@ def kernel(
         )
     if d & (d - 1) or hq & (hq - 1):
         raise ValueError(f"head_dim {d} and q_heads {hq} must be powers of two")
+    if ahead not in (1, 2):
+        raise ValueError(f"ahead {ahead}: 1 or 2 heads' tiles of W_o in flight")
     q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
     w_o, r = w_o.contiguous(), r.contiguous()
     group = hq // hkv
@@ -243,12 +272,16 @@ def kernel(
         BLOCK_N=block_n, PDL=pdl, EARLY=bool(early_history), num_warps=4,
         num_stages=num_stages, launch_pdl=pdl,
     )  # fmt: skip
-    blocks = triton.cdiv(hidden, block_r)
+    seqs = min(16, triton.next_power_of_2(b))
+    blocks, chunks = triton.cdiv(hidden, block_r), triton.cdiv(b, seqs)
+    heads = min(heads_per_program, hq)
     y = torch.empty((b, hidden), device=q.device, dtype=q.dtype)
-    products = torch.empty((b * hq * hidden,), device=q.device, dtype=torch.float32)
-    _merge_project[(blocks * hq,)](
-        part_o, part_lse, w_o, r, y, products, _arrival_counts(blocks, q.device), b, hidden,
-        n_splits, HQ=hq, D=d, BLOCK_R=block_r, BLOCK_S=max(2, triton.next_power_of_2(n_splits)),
-        PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+    products = torch.empty((b * (hq // heads) * hidden,), device=q.device, dtype=torch.float32)
+    _merge_project[(blocks * (hq // heads), chunks)](
+        part_o, part_lse, w_o, r, y, products, _arrival_counts(blocks * chunks, q.device), b,
+        hidden, n_splits, HQ=hq, D=d, BLOCK_R=block_r,
+        BLOCK_S=max(2, triton.next_power_of_2(n_splits)), HEADS=heads, AHEAD=ahead, SEQS=seqs,
+        PDL=pdl,
+        num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return y

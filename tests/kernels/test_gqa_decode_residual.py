@@ -16,8 +16,10 @@ from tests.kernels.task_checks import (
     candidate_module,
     evaluate_with_wrong,
     gpu_evaluate,
+    hopper_build,
     hopper_ptx,
     kept_counts_after_interpreted_calls,
+    sm90_resources,
 )
 
 TRITON = "triton_gqa_decode_residual.py"
@@ -81,25 +83,29 @@ def test_the_torch_candidate_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
 
 
 # The CPU shapes: 8 query heads on 2 KV heads, d 16, hidden 40, caches of 19, 64 (batch 2) and
-# 200 tokens. 16-token tiles; 16-row blocks cut the 40 rows into 3 (the last ragged).
+# 200 tokens. 16-token tiles; 16-row blocks cut the 40 rows into 3 (the last ragged); a program
+# takes 1, 2 or all 8 heads (8, 4 or 1 programs a row block), 1 or 2 heads' tiles ahead.
 INTERPRETED = {
     "one-split": {"block_n": 16, "split_tokens": 256, "block_r": 64},
-    "splits-of-16": {"block_n": 16, "split_tokens": 16, "block_r": 16},  # 2, 4, 13 splits
+    "splits-of-16": {"block_n": 16, "split_tokens": 16, "block_r": 16, "heads_per_program": 2},
     "early": {"block_n": 16, "split_tokens": 32, "block_r": 16, "early_history": True},
-    "auto": {"block_n": 16, "block_r": 16, "num_warps": 4},
+    "head-a-program": {"block_n": 16, "block_r": 16, "heads_per_program": 1, "ahead": 1},
+    "every-head": {"block_n": 16, "block_r": 32, "heads_per_program": 8, "ahead": 1},
 }
 
 
 def test_the_triton_candidate_under_the_interpreter_and_a_last_program_off_by_one(
     task, tmp_path
 ) -> None:
-    """At 1 to 13 splits, one row block or three, with early history: the reference. A copy
-    whose last program waits for one head too many writes nothing (and never resets a count);
-    one whose merge drops the splits' weights is off wherever a head has several splits."""
+    """At 1 to 13 splits, one row block or three, 1 to 8 heads a program, with early history:
+    the reference. A copy whose last program waits for one program too many writes nothing (and
+    never resets a count); one whose merge drops the splits' weights is off wherever a head has
+    several splits; one that multiplies every head by the tile of the head before it (the
+    tiles ahead off by one) is off."""
     source = task.folder / TRITON
     specs = {name: (source, params) for name, params in INTERPRETED.items()}
     specs["late"] = (
-        mutated(source, "if arrived == HQ - 1:", "if arrived == HQ:", tmp_path / "late.py"),
+        mutated(source, "if arrived == groups - 1:", "if arrived == groups:", tmp_path / "l.py"),
         INTERPRETED["splits-of-16"],
     )
     specs["unweighted"] = (
@@ -111,6 +117,15 @@ def test_the_triton_candidate_under_the_interpreter_and_a_last_program_off_by_on
         ),
         INTERPRETED["splits-of-16"],
     )
+    specs["stale-tile"] = (
+        mutated(
+            source,
+            "w_after = _w_tile(w_rows + (i + 2) * D, rows_ok)",
+            "w_after = _w_tile(w_rows + (i + 1) * D, rows_ok)",
+            tmp_path / "stale.py",
+        ),
+        INTERPRETED["early"],
+    )
     ev = evaluate_on_cpu(task, specs)
     for name in INTERPRETED:
         verdict = ev.by_label(name)
@@ -119,6 +134,7 @@ def test_the_triton_candidate_under_the_interpreter_and_a_last_program_off_by_on
     late = {r.code for r in ev.by_label("late").reasons}
     assert late and late <= {"mismatch", "non-finite-output", "constant-output", "crash"}, late
     assert [r.code for r in ev.by_label("unweighted").reasons] == ["mismatch"]
+    assert [r.code for r in ev.by_label("stale-tile").reasons] == ["mismatch"]
 
 
 def test_every_count_is_back_at_zero_after_calls_that_grow_them(task) -> None:
@@ -151,26 +167,45 @@ def test_bad_inputs_are_refused_naming_why(task) -> None:
         kernel(q, k, v, w_o[:, :100], r)
     with pytest.raises(ValueError, match=r"r \(1, hidden\)"):
         kernel(q, k, v, w_o, r[:, :30])
+    with pytest.raises(ValueError, match="ahead 3: 1 or 2"):
+        kernel(q, k, v, w_o, r, ahead=3)
 
 
-def _projection_ptx(module, block_r: int, num_warps: int) -> str:
+def _projection_build(module, block_r: int, heads: int, ahead: int, num_warps: int):
+    """The projection kernel built for sm_90 at Llama-3-8B's widths (32 heads of 128), for one
+    sequence."""
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "w_ptr": "*bf16", "r_ptr": "*bf16"}
     types |= {"y_ptr": "*bf16", "ws_ptr": "*fp32", "count_ptr": "*i32"}
     types |= dict.fromkeys(("batch", "n_rows", "n_splits"), "i32")
     constexprs = {"HQ": 32, "D": 128, "BLOCK_R": block_r, "BLOCK_S": 32, "PDL": True}
-    return hopper_ptx(module._merge_project, types, constexprs, num_warps, 3, ("n_rows",))
+    constexprs |= {"HEADS": heads, "AHEAD": ahead, "SEQS": 1}
+    return hopper_build(module._merge_project, types, constexprs, num_warps, 3, ("n_rows",))
 
 
-@pytest.mark.parametrize(("block_r", "num_warps"), [(256, 8), (128, 4), (64, 4)])
-def test_the_projection_streams_only_its_weight_tile_before_the_wait(
-    task, block_r, num_warps
+# (block_r, heads_per_program, ahead, num_warps): the sweep's, which fit without spilling.
+PROJECTIONS = [(128, 8, 2, 8), (64, 8, 1, 4), (64, 4, 2, 4), (128, 1, 1, 8), (32, 32, 2, 4)]
+
+
+@pytest.mark.parametrize(("block_r", "heads", "ahead", "num_warps"), PROJECTIONS)
+def test_the_projection_streams_only_its_first_tiles_before_the_wait(
+    task, block_r, heads, ahead, num_warps
 ) -> None:
-    """Compiled for sm_90 (no GPU needed): the projection kernel loads its W_o tile (block_r x
-    128 bfloat16 in 16-byte vectors over the block's threads) before griddepcontrol.wait and
-    nothing else, lets the next kernel launch after it, and counts only after it."""
-    ptx = _projection_ptx(candidate_module(task, TRITON), block_r, num_warps)
-    assert_weights_stream_before_the_wait(ptx, block_r * 128 * 2 // 16 // (32 * num_warps))
-    assert "atom.global.gpu.acq_rel.add" in ptx.partition("griddepcontrol.wait")[2]
+    """Compiled for sm_90 (no GPU needed): the projection kernel loads its first `ahead` tiles
+    of W_o (block_r x 128 bfloat16 each, in 16-byte vectors over the block's threads) before
+    griddepcontrol.wait and nothing else, the other heads' tiles after it; it lets the next
+    kernel launch after the wait, counts only after it, and spills no register."""
+    build = _projection_build(candidate_module(task, TRITON), block_r, heads, ahead, num_warps)
+    ptx = build.asm["ptx"]
+    tile = block_r * 128 * 2 // 16 // (32 * num_warps)
+    early = min(ahead, heads) * tile
+    assert_weights_stream_before_the_wait(ptx, early, later_weights=heads > ahead)
+    after = ptx.partition("griddepcontrol.wait")[2]
+    weights_after = [
+        line for line in after.splitlines() if "ld.global" in line and "evict_first" in line
+    ]
+    assert len(weights_after) == (heads - early // tile) * tile
+    assert "atom.global.gpu.acq_rel.add" in after
+    assert sm90_resources(build)["spill_bytes"] == 0
 
 
 def test_the_split_kernel_reads_nothing_before_the_wait_but_early_history(task) -> None:
@@ -189,9 +224,9 @@ def test_the_split_kernel_reads_nothing_before_the_wait_but_early_history(task) 
 
 GPU_CONFIGS = [
     {},
-    {"early_history": True, "split_tokens": 128, "block_r": 128, "num_warps": 4},
-    {"block_r": 64, "num_warps": 4, "split_tokens": 256},
-    {"block_n": 128, "split_tokens": 2048, "num_stages": 2},
+    {"early_history": True, "split_tokens": 128, "heads_per_program": 1, "ahead": 1},
+    {"block_r": 64, "num_warps": 4, "split_tokens": 256, "heads_per_program": 4},
+    {"block_n": 128, "split_tokens": 2048, "num_stages": 2, "heads_per_program": 32},
 ]
 
 
