@@ -19,7 +19,8 @@ anything but the history of its first tile: gqa_decode's option, right where the
 writes no slot of the cache but the last), then lets the projection kernel launch, whose
 programs load their first `ahead` tiles of W_o, which nothing in the stream writes, before
 their own wait: the weight streams while the attention runs. After its wait the projection
-kernel lets the kernel after it launch.
+kernel lets the kernel after it launch, or with `late_dependents` only once it has stored its
+sums and counted (so that kernel's early loads do not stream beside this one's weight).
 
 The counts live in one buffer per device, zeroed once when it is made; calls on the same device
 must therefore not overlap (run them on one stream, as torch does by default).
@@ -41,6 +42,7 @@ PARAMS = {
     "block_r": [16, 32, 64, 128, 256],
     "heads_per_program": [1, 2, 4, 8, 16, 32],
     "ahead": [1, 2],
+    "late_dependents": [False, True],
     "num_warps": [4, 8],
 }
 LOG2E = 1.4426950408889634
@@ -125,6 +127,7 @@ def _merge_project(
     po_ptr, plse_ptr, w_ptr, r_ptr, y_ptr, ws_ptr, count_ptr, batch, n_rows, n_splits,
     HQ: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
     HEADS: tl.constexpr, AHEAD: tl.constexpr, SEQS: tl.constexpr, PDL: tl.constexpr,
+    LATE_DEPENDENTS: tl.constexpr,
 ):  # fmt: skip
     groups: tl.constexpr = HQ // HEADS
     block = tl.program_id(0) // groups
@@ -141,7 +144,8 @@ def _merge_project(
         w_after = _w_tile(w_rows + D, rows_ok)
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if not LATE_DEPENDENTS:
+            tl.extra.cuda.gdc_launch_dependents()
     sp = tl.arange(0, BLOCK_S)
     s_ok = sp < n_splits
     col = tl.arange(0, SEQS)
@@ -175,6 +179,8 @@ def _merge_project(
     tl.debug_barrier()
     count = count_ptr + block * tl.num_programs(1) + chunk
     arrived = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
+    if PDL and LATE_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
     if arrived == groups - 1:
         tl.store(count, 0)  # every group has counted: ready for the next call
         g = tl.arange(0, groups)
@@ -240,6 +246,7 @@ def kernel(
     block_r: int = 128,
     heads_per_program: int = 8,
     ahead: int = 2,
+    late_dependents: bool = False,
     num_warps: int = 8,
 ) -> torch.Tensor:
     b, hq, d = q.shape
@@ -281,7 +288,7 @@ def kernel(
         part_o, part_lse, w_o, r, y, products, _arrival_counts(blocks * chunks, q.device), b,
         hidden, n_splits, HQ=hq, D=d, BLOCK_R=block_r,
         BLOCK_S=max(2, triton.next_power_of_2(n_splits)), HEADS=heads, AHEAD=ahead, SEQS=seqs,
-        PDL=pdl,
+        PDL=pdl, LATE_DEPENDENTS=bool(late_dependents),
         num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return y

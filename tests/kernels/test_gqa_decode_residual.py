@@ -171,14 +171,16 @@ def test_bad_inputs_are_refused_naming_why(task) -> None:
         kernel(q, k, v, w_o, r, ahead=3)
 
 
-def _projection_build(module, block_r: int, heads: int, ahead: int, num_warps: int):
+def _projection_build(
+    module, block_r: int, heads: int, ahead: int, num_warps: int, late: bool = False
+):
     """The projection kernel built for sm_90 at Llama-3-8B's widths (32 heads of 128), for one
     sequence."""
     types = {"po_ptr": "*fp32", "plse_ptr": "*fp32", "w_ptr": "*bf16", "r_ptr": "*bf16"}
     types |= {"y_ptr": "*bf16", "ws_ptr": "*fp32", "count_ptr": "*i32"}
     types |= dict.fromkeys(("batch", "n_rows", "n_splits"), "i32")
     constexprs = {"HQ": 32, "D": 128, "BLOCK_R": block_r, "BLOCK_S": 32, "PDL": True}
-    constexprs |= {"HEADS": heads, "AHEAD": ahead, "SEQS": 1}
+    constexprs |= {"HEADS": heads, "AHEAD": ahead, "SEQS": 1, "LATE_DEPENDENTS": late}
     return hopper_build(module._merge_project, types, constexprs, num_warps, 3, ("n_rows",))
 
 
@@ -227,7 +229,22 @@ GPU_CONFIGS = [
     {"early_history": True, "split_tokens": 128, "heads_per_program": 1, "ahead": 1},
     {"block_r": 64, "num_warps": 4, "split_tokens": 256, "heads_per_program": 4},
     {"block_n": 128, "split_tokens": 2048, "num_stages": 2, "heads_per_program": 32},
+    {"block_r": 64, "heads_per_program": 1, "ahead": 1, "num_warps": 4, "late_dependents": True},
 ]
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_the_next_kernel_is_let_in_after_the_wait_or_after_the_count(task, late) -> None:
+    """Compiled for sm_90: the one trigger that lets the next kernel launch comes right after
+    griddepcontrol.wait, before the partials are read, or with late_dependents after the
+    program has stored its sums and counted."""
+    ptx = _projection_build(candidate_module(task, TRITON), 64, 4, 2, 4, late).asm["ptx"]
+    after = ptx.partition("griddepcontrol.wait")[2]
+    assert after.count("griddepcontrol.launch_dependents") == 1
+    trigger = after.index("griddepcontrol.launch_dependents")
+    first_read = min(after.index(line) for line in after.splitlines() if "ld.global" in line)
+    count = after.index("atom.global.gpu.acq_rel.add")
+    assert (trigger > count) if late else (trigger < first_read)
 
 
 @pytest.mark.gpu
@@ -239,7 +256,8 @@ def test_the_triton_candidate_on_the_gpu(task) -> None:
 
 
 @pytest.mark.gpu
-def test_the_candidate_waits_for_the_kernels_that_write_q_the_cache_and_r(task) -> None:
+@pytest.mark.parametrize("late", [False, True])
+def test_the_candidate_waits_for_the_kernels_that_write_q_the_cache_and_r(task, late) -> None:
     """Launched with programmatic dependent launch right after kernels that write q, k, v or r
     2 ms late, the split kernel still reads the new q and cache, and the projection the split's
     partials and the new r (W_o, which nothing in a step writes, is read before its wait)."""
@@ -250,7 +268,7 @@ def test_the_candidate_waits_for_the_kernels_that_write_q_the_cache_and_r(task) 
     q, k, v, w_o, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(q, k, v, w_o, r)
     assert_waits_for_late_inputs(
-        lambda q, k, v, r: module.kernel(q, k, v, w_o, r), (q, k, v, r), want
+        lambda q, k, v, r: module.kernel(q, k, v, w_o, r, late_dependents=late), (q, k, v, r), want
     )
 
 
