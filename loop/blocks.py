@@ -360,6 +360,13 @@ def _dt(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+def _gqa_decode_dims(q: torch.Tensor, k_cache: torch.Tensor) -> dict:
+    """The GQA decode attention's dims, from q (B, Hq, d) and the cache (B, Hkv, L, d)."""
+    b, hq, d = q.shape
+    hkv, kv_len = k_cache.shape[1], k_cache.shape[2]
+    return {"batch": b, "q_heads": hq, "kv_heads": hkv, "head_dim": d, "kv_len": kv_len}
+
+
 # For each op: its task, the dims its dispatch table is keyed on (from the call's arguments),
 # and an adapter from the block's call to the task kernel's layout.
 _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
@@ -373,16 +380,7 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
         lambda x, c, s: {"tokens": x.shape[0], "heads": x.shape[1], "head_dim": x.shape[2]},
     ),
     "swiglu": ("swiglu", lambda x: {"tokens": x.shape[0], "ffn": x.shape[1] // 2}),
-    "attention_decode": (
-        "gqa_decode",
-        lambda q, k, v: {
-            "batch": q.shape[0],
-            "q_heads": q.shape[1],
-            "kv_heads": k.shape[1],
-            "head_dim": q.shape[2],
-            "kv_len": k.shape[2],
-        },
-    ),
+    "attention_decode": ("gqa_decode", lambda q, k, v: _gqa_decode_dims(q, k)),
     "attention_prefill": (
         "prefill_attention",
         lambda q, k, v: {
@@ -466,14 +464,7 @@ _DIMS: dict[str, tuple[str, Callable[..., dict]]] = {
     ),
     "gqa_decode_residual": (
         "gqa_decode_residual",
-        lambda q, k, v, w_o, r: {
-            "batch": q.shape[0],
-            "q_heads": q.shape[1],
-            "kv_heads": k.shape[1],
-            "head_dim": q.shape[2],
-            "kv_len": k.shape[2],
-            "hidden": w_o.shape[0],
-        },
+        lambda q, k, v, w_o, r: {**_gqa_decode_dims(q, k), "hidden": w_o.shape[0]},
     ),
 }
 
