@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loop.dispatch import load_dispatch, save_dispatch  # noqa: E402
+from loop.dispatch import build_dispatch, load_dispatch, save_dispatch  # noqa: E402
 from loop.tasks import TaskError, load_task  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 tables[task_name] = (
                     load_dispatch(path)
                     if path.is_file()
-                    else {"task": task_name, "bucket_key": task.bucket_key, "entries": []}
+                    else build_dispatch(task_name, task.bucket_key, [])
                 )
             table = tables[task_name]
             dims = next((s.dims for s in task.shapes("cuda") if s.name == shape), None)

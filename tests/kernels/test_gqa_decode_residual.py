@@ -4,6 +4,8 @@ several split and row-block counts against mutants, its sm_90 build, and on the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -21,6 +23,9 @@ from tests.kernels.task_checks import (
     kept_counts_after_interpreted_calls,
     sm90_resources,
 )
+from tests.source_files import import_file
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 TRITON = "triton_gqa_decode_residual.py"
 
@@ -184,8 +189,14 @@ def _projection_build(
     return hopper_build(module._merge_project, types, constexprs, num_warps, 3, ("n_rows",))
 
 
-# (block_r, heads_per_program, ahead, num_warps): the sweep's, which fit without spilling.
-PROJECTIONS = [(128, 8, 2, 8), (64, 8, 1, 4), (64, 4, 2, 4), (128, 1, 1, 8), (32, 32, 2, 4)]
+# (block_r, heads_per_program, ahead, num_warps) of every configuration the gqaresidual sweep
+# runs (scripts/bench_tasks_gpu.py): each must build without spilling.
+_SWEEP = next(
+    plan for plan in import_file(SCRIPTS / "bench_tasks_gpu.py").PLANS if plan.tag == "gqaresidual"
+)
+PROJECTIONS = sorted(
+    {(c["block_r"], c["heads_per_program"], c["ahead"], c["num_warps"]) for c in _SWEEP.configs}
+)
 
 
 @pytest.mark.parametrize(("block_r", "heads", "ahead", "num_warps"), PROJECTIONS)
