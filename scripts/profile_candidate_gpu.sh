@@ -4,9 +4,10 @@
 # occupancy and launch, then the warp-stall samples of each SASS instruction (where the kernel's
 # time goes, instruction by instruction). The candidate runs on the task's own inputs, three
 # times; the third launch of a kernel matching KERNEL_REGEX is profiled. Never changes clocks
-# (--clock-control none). Writes OUT_DIR/ncu-TASK-SHAPE-STEM-HASH.txt and ...-sass.csv, STEM the
-# candidate file's stem and HASH the first 8 hex digits of CONFIG_JSON's md5 (so two
-# configurations of one kernel at one shape keep both reports).
+# (--clock-control none). Writes OUT_DIR/ncu-TASK-SHAPE-STEM-HASH-KERNEL.txt and ...-sass.csv,
+# STEM the candidate file's stem, HASH the first 8 hex digits of CONFIG_JSON's md5 and KERNEL
+# the regex's letters, digits and underscores (so two configurations, or two kernels of one
+# configuration, at one shape keep their own reports).
 #   bash scripts/profile_candidate_gpu.sh OUT_DIR TASK CANDIDATE_FILE SHAPE KERNEL_REGEX [CONFIG_JSON]
 set -euo pipefail
 usage="usage: $0 OUT_DIR TASK CANDIDATE_FILE SHAPE KERNEL_REGEX [CONFIG_JSON]"
@@ -16,7 +17,7 @@ task=${2:?$usage} candidate=${3:?$usage} shape=${4:?$usage} regex=${5:?$usage}
 config=${6:-'{}'}
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-name="$task-$shape-${candidate%.py}-$(printf %s "$config" | md5sum | cut -c1-8)"
+name="$task-$shape-${candidate%.py}-$(printf %s "$config" | md5sum | cut -c1-8)-${regex//[^A-Za-z0-9_]/}"
 driver=$(mktemp --suffix=.py)
 trap 'rm -f "$driver"' EXIT
 cat >"$driver" <<'PY'
