@@ -64,13 +64,7 @@ def resources(kernel, block_h: int, block_n: int, warps: int, stages: int, rows:
     return row | sm90_resources(compiled) | {"mma": mma}
 
 
-def gluon_build(
-    block_n: int,
-    stages: int,
-    eager_values: bool = False,
-    shared_p: bool = False,
-    chunk_barriers: bool = False,
-):
+def gluon_build(block_n: int, stages: int, eager_values: bool = False, shared_p: bool = False):
     """The Gluon candidate's split kernel at these parameters, its descriptors' types those of
     the candidate's own host descriptors (of bf16 tensors here on the CPU)."""
     import torch
@@ -86,26 +80,22 @@ def gluon_build(
     types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
     types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
     constexprs = {"BLOCK_N": block_n, "STAGES": stages, "EAGER_VALUES": eager_values}
-    constexprs |= {"SHARED_P": shared_p, "CHUNKED": chunk_barriers}
+    constexprs["SHARED_P"] = shared_p
     return hopper_build(
         module._split_kernel, types, constexprs, num_warps=4, multiples_of_16=("heads", "kv_len")
     )
 
 
 def gluon_resources(
-    block_n: int,
-    stages: int,
-    eager_values: bool = False,
-    shared_p: bool = False,
-    chunk_barriers: bool = False,
+    block_n: int, stages: int, eager_values: bool = False, shared_p: bool = False
 ) -> dict:
     """One Gluon configuration's sm_90 build: resources, wgmma groups, exponentials in flight."""
-    compiled = gluon_build(block_n, stages, eager_values, shared_p, chunk_barriers)
+    compiled = gluon_build(block_n, stages, eager_values, shared_p)
     sass = sm90_sass(compiled)
     wgmma, groups = hgmma_groups(sass)
     in_flight, ex2 = ex2_in_flight_sass(sass)
     row = {"block_n": block_n, "num_stages": stages, "eager_values": eager_values}
-    row |= {"shared_p": shared_p, "chunk_barriers": chunk_barriers}
+    row["shared_p"] = shared_p
     row |= sm90_resources(compiled)
     return row | {"wgmma": wgmma, "groups": groups, "ex2": ex2, "ex2_in_flight_sass": in_flight}
 
@@ -130,24 +120,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     module = import_file(GLUON)
     gluon = [
-        gluon_resources(n, s, e, p, c)
+        gluon_resources(n, s, e, p)
         for n in module.PARAMS["block_n"]
         for s in module.PARAMS["num_stages"]
         for e in module.PARAMS["eager_values"]
         for p in module.PARAMS["shared_p"]
-        for c in module.PARAMS["chunk_barriers"]
-        if module.shared_bytes(n, s, p) <= module.SHARED_BYTES
-        and not (e and p)
-        and not (c and not p)
+        if module.shared_bytes(n, s, p) <= module.SHARED_BYTES and not (e and p)
     ]
     print(
-        "\ngluon block_n stages eager shared chunked  regs spilled  shared  wgmma (groups)"
+        "\ngluon block_n stages eager shared  regs spilled  shared  wgmma (groups)"
         "  ex2 in flight (SASS)"
     )
     for r in gluon:
         print(
             f"{r['block_n']:>13} {r['num_stages']:>6} {r['eager_values']!s:>5}"
-            f" {r['shared_p']!s:>6} {r['chunk_barriers']!s:>7} {r['registers']:>5}"
+            f" {r['shared_p']!s:>6} {r['registers']:>5}"
             f" {r['spill_bytes']:>7}"
             f" {r['shared_bytes']:>7} {r['wgmma']:>6} ({r['groups']:>3})"
             f"  {r['ex2_in_flight_sass']} of {r['ex2']}"

@@ -42,7 +42,6 @@ PARAMS = {
     "num_stages": [2, 3, 4],
     "eager_values": [False, True],
     "shared_p": [False, True],
-    "chunk_barriers": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -73,10 +72,9 @@ def _gdc_wait():
 
 @gluon.jit
 def _loader(qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_row, n_tiles,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CHUNKED: gl.constexpr):  # fmt: skip
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """One warp: the queries once, then each cache tile by TMA into the ring, a buffer as soon as
-    both warpgroups have released it (a fresh barrier passes the first wait, parity 1). CHUNKED:
-    chunk by chunk, each released and signalled on its own barrier."""
+    both warpgroups have released it (a fresh barrier passes the first wait, parity 1)."""
     q_bar, ready, free, _ = bars
     _gdc_wait()
     gl.inline_asm_elementwise(
@@ -89,40 +87,22 @@ def _loader(qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_r
     for j in range(n_tiles):
         stage = j % STAGES
         row = kv_row + j * BLOCK_N
-        phase = ((j // STAGES) & 1) ^ 1
-        if CHUNKED:
-            for c in gl.static_range(CHUNKS):
-                i = stage * CHUNKS + c
-                mbarrier.wait(free.index(i), phase)
-                mbarrier.expect(ready.index(i), c_desc.block_type.nbytes)
-                if c < CHUNKS - 1:
-                    tma_load(c_desc, [row, c * CHUNK], ready.index(i), kv_smem.index(i))
-                else:
-                    tma_load(p_desc, [row, 0], ready.index(i), kv_smem.index(i))
-        else:
-            mbarrier.wait(free.index(stage), phase)
-            mbarrier.expect(ready.index(stage), CHUNKS * c_desc.block_type.nbytes)
-            for c in gl.static_range(CHUNKS - 1):
-                tma_load(
-                    c_desc, [row, c * CHUNK], ready.index(stage), kv_smem.index(stage * CHUNKS + c)
-                )
+        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), CHUNKS * c_desc.block_type.nbytes)
+        for c in gl.static_range(CHUNKS - 1):
             tma_load(
-                p_desc, [row, 0], ready.index(stage), kv_smem.index(stage * CHUNKS + CHUNKS - 1)
+                c_desc, [row, c * CHUNK], ready.index(stage), kv_smem.index(stage * CHUNKS + c)
             )
+        tma_load(p_desc, [row, 0], ready.index(stage), kv_smem.index(stage * CHUNKS + CHUNKS - 1))
 
 
 @gluon.jit
-def _scores(q_smem, kv_smem, stage, s_zero, ready, phase, CHUNKED: gl.constexpr):
-    """S = Q K^T over the 9 chunks of a buffer, issued as chained products (not waited);
-    CHUNKED: each chunk's product issued as soon as that chunk has landed."""
+def _scores(q_smem, kv_smem, stage, s_zero):
+    """S = Q K^T over the 9 chunks of a buffer, issued as chained products (not waited)."""
     base = stage * CHUNKS
-    if CHUNKED:
-        mbarrier.wait(ready.index(base), phase)
     s = warpgroup_mma(q_smem.index(0), kv_smem.index(base).permute((1, 0)), s_zero,
                       use_acc=False, is_async=True)  # fmt: skip
     for c in gl.static_range(1, CHUNKS):
-        if CHUNKED:
-            mbarrier.wait(ready.index(base + c), phase)
         s = warpgroup_mma(q_smem.index(c), kv_smem.index(base + c).permute((1, 0)), s,
                           is_async=True)  # fmt: skip
     return s
@@ -189,7 +169,7 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(ready.index(0), 0)
     mbarrier.wait(turn.index(W), 0)
-    s = _scores(q_smem, kv_smem, 0, s_zero, ready, 0, False)
+    s = _scores(q_smem, kv_smem, 0, s_zero)
     mbarrier.arrive(turn.index(1 - W))
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     m_i = gl.max(s, axis=1) * scale_log2
@@ -211,7 +191,7 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
             stage = j % STAGES
             mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
             mbarrier.wait(turn.index(W), j & 1)
-            s = _scores(q_smem, kv_smem, stage, s_zero, ready, 0, False)
+            s = _scores(q_smem, kv_smem, stage, s_zero)
             mbarrier.arrive(turn.index(1 - W))
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             p_new, m_i, alpha, l_i = _softmax(s, m_i, l_i, scale_log2)
@@ -228,7 +208,7 @@ def _consumer(q_smem, kv_smem, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
             prev = (j - 1) % STAGES
             mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
             mbarrier.wait(turn.index(W), j & 1)
-            s = _scores(q_smem, kv_smem, stage, s_zero, ready, 0, False)
+            s = _scores(q_smem, kv_smem, stage, s_zero)
             o0, o1, o2, o3 = _values(p, kv_smem, prev, o0, o1, o2, o3, W)
             mbarrier.arrive(turn.index(1 - W))
             # Groups finish in order: four left in flight means S_j is done.
@@ -261,39 +241,13 @@ def _probabilities(kv_smem, stage, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _release(free, stage, W: gl.constexpr, CHUNKED: gl.constexpr):
-    """Warpgroup W is done with a buffer: one of the buffer's two arrivals, or CHUNKED, its own
-    half's latent chunks (which only its products and the scores read, the scores done before
-    the probabilities it used exist) and one of the two arrivals of the rope chunk, which holds
-    the probabilities both warpgroups read."""
-    if CHUNKED:
-        base = stage * CHUNKS
-        for c in gl.static_range(HALF_CHUNKS):
-            mbarrier.arrive(free.index(base + W * HALF_CHUNKS + c))
-        mbarrier.arrive(free.index(base + CHUNKS - 1))
-    else:
-        mbarrier.arrive(free.index(stage))
-
-
-@gluon.jit
-def _landed(ready, stage, phase, W: gl.constexpr, CHUNKED: gl.constexpr):
-    """Wait until the buffer (CHUNKED: warpgroup W's half of its latent chunks) has landed."""
-    if CHUNKED:
-        for c in gl.static_range(HALF_CHUNKS):
-            mbarrier.wait(ready.index(stage * CHUNKS + W * HALF_CHUNKS + c), phase)
-    else:
-        mbarrier.wait(ready.index(stage), phase)
-
-
-@gluon.jit
 def _take(kv_smem, stats, ready, p_ready, j, o0, o1, o2, o3, m_i, l_i, row_layout: gl.constexpr,
-          W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CHUNKED: gl.constexpr):  # fmt: skip
+          W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """Tile j, whose scores the other warpgroup computed: its published row maxima and sums
     rescale this warpgroup's output half and row sums, and P_j V_j,half is issued with P_j from
     shared memory (not waited)."""
     stage = j % STAGES
-    _landed(ready, stage, (j // STAGES) & 1, W, CHUNKED)
+    mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
     mbarrier.wait(p_ready.index(stage), (j // STAGES) & 1)
     m_new = stats.index(2 * stage).load(row_layout)
     row_sum = stats.index(2 * stage + 1).load(row_layout)
@@ -306,8 +260,8 @@ def _take(kv_smem, stats, ready, p_ready, j, o0, o1, o2, o3, m_i, l_i, row_layou
 
 @gluon.jit
 def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_splits, n_tiles,
-                     scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     CHUNKED: gl.constexpr):  # fmt: skip
+                     scale_log2, W: gl.constexpr, BLOCK_N: gl.constexpr,
+                     STAGES: gl.constexpr):  # fmt: skip
     """One warpgroup, for output columns 256 W .. 256 W + 255, computing the scores of every
     other tile only (those with j % 2 == W, flash MLA's split of the work): it publishes a
     tile's probabilities (over the tile's rope chunk, which only the scores read) and its row
@@ -335,16 +289,13 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
     for i in range(own):
         j = W + 2 * i
         stage = j % STAGES
-        phase = (j // STAGES) & 1
-        if not CHUNKED:
-            mbarrier.wait(ready.index(stage), phase)
-        s_acc = _scores(q_smem, kv_smem, stage, s_zero, ready, phase, CHUNKED)
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        s_acc = _scores(q_smem, kv_smem, stage, s_zero)
         if j > 0:  # the other warpgroup's tile j - 1 first, its product beside S_j
             o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, j - 1, o0, o1, o2,
-                                             o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES,
-                                             CHUNKED)  # fmt: skip
+                                             o3, m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
             s, o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, o0, o1, o2, o3))
-            _release(free, (j - 1) % STAGES, W, CHUNKED)
+            mbarrier.arrive(free.index((j - 1) % STAGES))
         else:
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
@@ -363,14 +314,13 @@ def _consumer_shared(q_smem, kv_smem, stats, bars, po_ptr, plse_ptr, q_row, n_sp
         p = _probabilities(kv_smem, stage, BLOCK_N)  # as the other warpgroup reads it
         o0, o1, o2, o3 = _values(p, kv_smem, stage, o0, o1, o2, o3, W)
         o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-        _release(free, stage, W, CHUNKED)
+        mbarrier.arrive(free.index(stage))
     last = W + 2 * own - 1  # the other warpgroup's tile after this one's last, if any
     if last < n_tiles:
         o0, o1, o2, o3, m_i, l_i = _take(kv_smem, stats, ready, p_ready, last, o0, o1, o2, o3,
-                                         m_i, l_i, row_layout, W, BLOCK_N, STAGES,
-                                         CHUNKED)  # fmt: skip
+                                         m_i, l_i, row_layout, W, BLOCK_N, STAGES)  # fmt: skip
         o0, o1, o2, o3 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
-        _release(free, last % STAGES, W, CHUNKED)
+        mbarrier.arrive(free.index(last % STAGES))
     _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits, row_layout, W)
 
 
@@ -394,8 +344,7 @@ def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
                   tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr,
-                  CHUNKED: gl.constexpr):  # fmt: skip
+                  EAGER_VALUES: gl.constexpr, SHARED_P: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -410,16 +359,12 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
     kv_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_N, CHUNK], c_desc.layout)
     layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
-    # A buffer's barriers (the first STAGES), or CHUNKED a chunk's (buffer-major).
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES * CHUNKS, 1], layout)
-    free = gl.allocate_shared_memory(gl.int64, [STAGES * CHUNKS, 1], layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES * CHUNKS if CHUNKED else STAGES):
+    for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        if CHUNKED and i % CHUNKS < CHUNKS - 1:
-            mbarrier.init(free.index(i), count=1)  # a latent chunk: its half's warpgroup
-        else:
-            mbarrier.init(free.index(i), count=2)  # one arrival from each warpgroup
+        mbarrier.init(free.index(i), count=2)  # one arrival from each warpgroup
     po_split = po_ptr + split * OUT_COLS
     plse_split = plse_ptr + split
     if SHARED_P:
@@ -436,13 +381,11 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
         gl.warp_specialize(
             [
                 (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES,
-                                    CHUNKED)),
+                                    n_splits, n_tiles, scale_log2, 0, BLOCK_N, STAGES)),
                 (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
-                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES,
-                                    CHUNKED)),
+                                    n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
                 (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
-                           kv_row, n_tiles, BLOCK_N, STAGES, CHUNKED)),
+                           kv_row, n_tiles, BLOCK_N, STAGES)),
             ],
             [4, 1],
             [240, 24],
@@ -462,7 +405,7 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
                 (_consumer, (q_smem, kv_smem, bars, po_split, plse_split, q_row, n_splits,
                              n_tiles, scale_log2, 1, BLOCK_N, STAGES, EAGER_VALUES)),
                 (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
-                           kv_row, n_tiles, BLOCK_N, STAGES, False)),
+                           kv_row, n_tiles, BLOCK_N, STAGES)),
             ],
             [4, 1],
             [240, 24],
@@ -578,13 +521,7 @@ def kernel(
     num_stages: int = 2,
     eager_values: bool = False,
     shared_p: bool = False,
-    chunk_barriers: bool = False,
 ) -> torch.Tensor:
-    if chunk_barriers and not shared_p:
-        raise ValueError(
-            "gluon MLA decode: chunk_barriers releases each half's chunks to the warpgroup that "
-            "owns it, which is shared_p's order; set shared_p"
-        )
     if shared_p and eager_values:
         raise ValueError(
             "gluon MLA decode: shared_p issues each tile's values as soon as its probabilities "
@@ -614,7 +551,7 @@ def kernel(
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
             BLOCK_N=block_n, STAGES=num_stages, EAGER_VALUES=bool(eager_values),
-            SHARED_P=bool(shared_p), CHUNKED=bool(chunk_barriers), num_warps=4, launch_pdl=True,
+            SHARED_P=bool(shared_p), num_warps=4, launch_pdl=True,
         )  # fmt: skip
         _merge_kernel[(b * h, r // columns)](
             part_o, part_lse, out, n_splits, R=r, BLOCK_R=columns, BLOCK_S=splits_a_step,

@@ -259,8 +259,6 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
         module.kernel(qn, qp, shifted, kpe)
     with pytest.raises(ValueError, match="eager_values is for the two-warpgroup order"):
         module.kernel(qn, qp, ckv, kpe, eager_values=True, shared_p=True)
-    with pytest.raises(ValueError, match=r"chunk_barriers .* set shared_p"):
-        module.kernel(qn, qp, ckv, kpe, chunk_barriers=True)
 
 
 def test_gluon_merge_spreads_columns_only_where_rows_leave_sms_idle(task) -> None:
@@ -356,15 +354,6 @@ cases = [
     (3, 128, 4160, torch.float16, {"block_n": 32, "num_stages": 4, "shared_p": True}),
     (1, 128, 8192 + 32, torch.bfloat16, {"block_n": 32, "num_stages": 3, "shared_p": True}),
     (1, 64, 64 * 300, torch.bfloat16, {"block_n": 32, "num_stages": 4, "shared_p": True}),
-    # chunk_barriers: the same splits, a barrier a chunk
-    (1, 64, 64, torch.float16, {"shared_p": True, "chunk_barriers": True}),
-    (3, 128, 4160, torch.bfloat16, {"shared_p": True, "chunk_barriers": True}),
-    (3, 128, 4160, torch.float16,
-     {"block_n": 32, "num_stages": 4, "shared_p": True, "chunk_barriers": True}),
-    (1, 128, 8192 + 32, torch.bfloat16,
-     {"block_n": 32, "num_stages": 3, "shared_p": True, "chunk_barriers": True}),
-    (1, 64, 64 * 300, torch.bfloat16,
-     {"block_n": 32, "num_stages": 4, "shared_p": True, "chunk_barriers": True}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, h, n, dtype, params in cases:
@@ -401,8 +390,6 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
         {"block_n": 32, "num_stages": 4, "eager_values": True},
         {"shared_p": True},
         {"block_n": 32, "num_stages": 4, "shared_p": True},
-        {"block_n": 32, "num_stages": 4, "shared_p": True, "chunk_barriers": True},
-        {"shared_p": True, "chunk_barriers": True},
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:

@@ -44,22 +44,20 @@ def test_the_gluon_kernel_builds_as_two_warpgroups_and_a_loader(block_n, stages,
     assert row["ex2"] > 0
 
 
-@pytest.mark.parametrize(
-    "block_n, stages, chunked", [(64, 2, False), (32, 4, False), (64, 2, True), (32, 4, True)]
-)
+@pytest.mark.parametrize("block_n, stages", [(64, 2), (32, 4)])
 def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_reads(
-    block_n, stages, chunked
+    block_n, stages
 ) -> None:
     """With shared_p a warpgroup writes a tile's probabilities to shared memory for the other
     warpgroup's products: the build fits, keeps its two budgets and chained products, and
     before each one-thread arrival that publishes them every thread of the partition has
     fenced its writes for the async proxy (fence.proxy.async, then the partition's
-    128-thread barrier); with a barrier a chunk as without."""
+    128-thread barrier)."""
     pytest.importorskip("triton")
     script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
     module = import_file(script.GLUON)
-    compiled = script.gluon_build(block_n, stages, False, True, chunked)
-    row = script.gluon_resources(block_n, stages, False, True, chunked)
+    compiled = script.gluon_build(block_n, stages, False, True)
+    row = script.gluon_resources(block_n, stages, False, True)
     assert 0 < row["shared_bytes"] <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
     assert {24, 240} <= setmaxnreg_budgets(ptx)
@@ -78,9 +76,9 @@ def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_r
 GLOBAL_OPS = ("tt.load", "tt.store", "async_tma_copy_global_to_local", "tt.atomic")
 
 
-@pytest.mark.parametrize("shared_p, chunked", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("shared_p", [False, True])
 def test_the_gluon_split_kernel_waits_for_the_kernel_before_it_in_every_partition(
-    shared_p, chunked
+    shared_p,
 ) -> None:
     """Programmatic dependent launch done safely, in the build's TTGIR (each partition's ops in
     source order, unlike the PTX, whose blocks the compiler may reorder): in each of the three
@@ -89,7 +87,7 @@ def test_the_gluon_split_kernel_waits_for_the_kernel_before_it_in_every_partitio
     launch_dependents is the loader's, after its wait and before its first TMA copy."""
     pytest.importorskip("triton")
     script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
-    lines = script.gluon_build(32, 4, False, shared_p, chunked).asm["ttgir"].splitlines()
+    lines = script.gluon_build(32, 4, False, shared_p).asm["ttgir"].splitlines()
     starts = [
         i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
     ]
