@@ -5,10 +5,10 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [mla_decode] [mla_b1] [mla_gluon] [mla_rows] [prefill_attention]
+#       [gqa_fold] [gqa_early] [gqa_gluon] [mla_decode] [mla_b1] [mla_gluon] [mla_rows] [prefill_attention]
 #       [prefill_desc] [prefill_gluon] [prefill_mla] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, mla_b1, mla_gluon, mla_rows,
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_gluon, mla_b1, mla_gluon, mla_rows,
 # prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split across calls if
 # needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
@@ -152,6 +152,16 @@ for stage in $STAGES; do
             '{"block_n":128,"num_warps":8,"num_stages":2,"split_tokens":256,"merge":"fold"}' \
             '{"block_n":64,"num_warps":8,"num_stages":3,"split_tokens":256,"merge":"fold"}' \
             '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}'
+        ;;
+    gqa_gluon)
+        # The Gluon candidate (one program a sequence and KV head, a loader warp's TMA ring) at
+        # the batched shapes, where SDPA keeps the table: every ring that fits swept against
+        # sdpa-gqa, then the fastest at each shape against every peer.
+        sweep gqa_decode gluon_gqa_decode.py gluon sdpa-gqa b16-kv8192,b64-kv2048 \
+            '{"block_n":64,"num_stages":4}' '{"block_n":64,"num_stages":6}' \
+            '{"block_n":32,"num_stages":8}' '{"block_n":128,"num_stages":3}' \
+            '{"block_n":64,"num_stages":2}' '{"block_n":128,"num_stages":2}'
+        bench_best gqa_decode gluon_gqa_decode.py gluon b16-kv8192 b64-kv2048
         ;;
     gqa_early)
         # Batch 1 with early_history (the first tile's K and V, all but the new slot, loaded

@@ -158,7 +158,7 @@ if _flash_attn_peer() is not None:
 PEER_DEVICES = {"flash-attn": ["cuda"]}
 
 CANDIDATES = {
-    "cuda": ["triton_gqa_decode.py", "torch_gqa_decode.py"],
+    "cuda": ["triton_gqa_decode.py", "gluon_gqa_decode.py", "torch_gqa_decode.py"],
     "cpu": ["torch_gqa_decode.py"],
 }
 

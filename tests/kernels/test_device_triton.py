@@ -17,6 +17,7 @@ DEVICE_TRITON = ROOT / ".ci" / "device-triton"
 VERSION = "3.6.0"
 # Every test that builds a Gluon kernel for sm_90 on the CPU, and the descriptors' test.
 BUILD_TESTS = [
+    "tests/kernels/test_gqa_decode.py",
     "tests/kernels/test_linear_residual.py",
     "tests/kernels/test_rmsnorm_linear_rope.py",
     "tests/kernels/test_rmsnorm_linear_swiglu.py",

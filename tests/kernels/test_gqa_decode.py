@@ -16,6 +16,7 @@ from tests.kernels.task_checks import (
     assert_weights_stream_before_the_wait,
     candidate_module,
     hopper_ptx,
+    run_in_child,
     run_interpreted,
 )
 
@@ -518,3 +519,177 @@ def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
     for merge in ("kernel", "fold"):
         with pytest.raises(ValueError, match="the cache is empty"):
             module.kernel(q, k[:, :, :0], v[:, :, :0], merge=merge)
+
+
+GLUON = "gluon_gqa_decode.py"
+
+
+def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
+    assert GLUON in task.candidates["cuda"]
+    assert GLUON not in task.candidates["cpu"]
+
+
+def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """Contiguous bf16/fp16 inputs, head_dim 128, whole groups of at most 64 query heads and
+    whole cache tiles on sm_90; anything else is refused before any launch, pointing to the
+    Triton candidate."""
+    module = candidate_module(task, GLUON)
+
+    def bf16(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.bfloat16)
+
+    q, k = bf16(2, 32, 128), bf16(2, 8, 256, 128)
+    cases = [
+        ((q.float(), k.float(), k.float()), "bf16 or fp16"),
+        ((q, k.half(), k.half()), "one dtype"),
+        ((q, k, bf16(2, 8, 128, 128)), "equal caches"),
+        ((q, k.transpose(1, 2).contiguous().transpose(1, 2), k.clone()), "contiguous"),
+        ((bf16(2, 32, 64), bf16(2, 8, 256, 64), bf16(2, 8, 256, 64)), "head_dim 128"),
+        ((q, bf16(1, 8, 256, 128), bf16(1, 8, 256, 128)), "head_dim 128"),
+        ((bf16(2, 30, 128), k, k), "q_heads 30 on kv_heads 8"),
+        ((bf16(1, 130, 128), bf16(1, 2, 256, 128), bf16(1, 2, 256, 128)), "at most 64"),
+        ((q, bf16(2, 8, 200, 128), bf16(2, 8, 200, 128)), "kv_len 200"),
+        ((q, bf16(2, 8, 0, 128), bf16(2, 8, 0, 128)), "kv_len 0"),
+        ((q[0], k[0], k[0]), "needs q"),
+        ((q, k, k), "sm_90 GPU"),  # here on the CPU
+    ]
+    for inputs, why in cases:
+        with pytest.raises(ValueError, match=f"{why}.*triton_gqa_decode.py"):
+            module.kernel(*inputs)
+    with pytest.raises(ValueError, match="num_stages 1"):
+        module.kernel(q, k, k, num_stages=1)
+    with pytest.raises(ValueError, match=r"block_n 128 at 8 stages needs \d+ bytes"):
+        module.kernel(q, k, k, block_n=128, num_stages=8)
+    shifted = torch.zeros(k.numel() + 1, dtype=torch.bfloat16)[1:].view(k.shape)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        module.kernel(q, shifted, k)
+
+
+def _gluon_build(module, block_n: int, stages: int):
+    from triton.runtime.jit import mangle_type
+
+    from tests.kernels.task_checks import hopper_build
+
+    def desc(rows: int) -> str:
+        return mangle_type(
+            module._descriptor(torch.zeros(1, 1024, 128, dtype=torch.bfloat16), rows)
+        )
+
+    types = {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n)}
+    types |= {"out_ptr": "*bf16", "q_heads": "i32", "kv_heads": "i32", "kv_len": "i32"}
+    types |= {"scale_log2": "fp32"}
+    constexprs = {"BLOCK_N": block_n, "STAGES": stages}
+    return hopper_build(module._gqa_kernel, types, constexprs, 4, multiples_of_16=("kv_len",))
+
+
+@pytest.mark.parametrize("block_n, stages", [(32, 8), (64, 4), (64, 6), (128, 3)])
+def test_the_gluon_candidate_builds_for_sm90_within_an_sms_shared_memory(
+    task, block_n, stages
+) -> None:
+    """Compiled for sm_90 (no GPU needed): every swept configuration fits an SM's shared memory
+    as shared_bytes counts it, spills nothing, gives the loader warp a 24-register budget, and
+    keeps the products on wgmma."""
+    pytest.importorskip("triton")
+    from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
+
+    module = candidate_module(task, GLUON)
+    compiled = _gluon_build(module, block_n, stages)
+    row = sm90_resources(compiled)
+    assert row["spill_bytes"] == 0
+    assert 0 < row["shared_bytes"] <= module.shared_bytes(block_n, stages) <= module.SHARED_BYTES
+    ptx = compiled.asm["ptx"]
+    assert 24 in setmaxnreg_budgets(ptx)
+    assert "wgmma.mma_async" in ptx
+
+
+def test_the_gluon_candidate_waits_for_the_kernel_before_it_in_both_partitions(task) -> None:
+    """Programmatic dependent launch done safely, in the sm_90 build's TTGIR (each partition's
+    ops in source order): in the warpgroup and in the loader warp, griddepcontrol.wait comes
+    before the first global load, store or TMA copy; the one launch_dependents is the loader's,
+    after its wait and before its first copy."""
+    pytest.importorskip("triton")
+    module = candidate_module(task, GLUON)
+    lines = _gluon_build(module, 64, 4).asm["ttgir"].splitlines()
+    starts = [
+        i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
+    ]
+    assert len(starts) == 2, "expected a default partition and one worker"
+    regions = [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+    global_ops = ("tt.load", "tt.store", "async_tma_copy_global_to_local", "tt.atomic")
+
+    def first(region: list[str], *needles: str) -> int:
+        return next((i for i, s in enumerate(region) if any(n in s for n in needles)), len(region))
+
+    for region in regions:
+        wait = first(region, "griddepcontrol.wait")
+        assert wait < len(region), "a partition without a wait"
+        assert wait < first(region, *global_ops)
+    assert [first(r, "launch_dependents") < len(r) for r in regions] == [False, True]
+    loader = regions[1]
+    wait, trigger = first(loader, "griddepcontrol.wait"), first(loader, "launch_dependents")
+    assert wait < trigger < first(loader, "async_tma_copy_global_to_local")
+
+
+# What the task's GPU shapes (bf16, 32 query heads on 8, 128-dim) leave out: fp16, groups of 1,
+# 8 and 64 heads, the last program's query rows past the end of q, one tile, many stages'
+# worth of wrap-arounds. In a child process with a time limit: a hang fails the test.
+GLUON_PATHS = """
+import torch
+from loop.tasks import load_task
+from tests.kernels.task_checks import candidate_module
+
+task = load_task("gqa_decode")
+module = candidate_module(task, "gluon_gqa_decode.py")
+cases = [
+    (3, 32, 8, 64, torch.bfloat16, {}),
+    (2, 32, 8, 4096, torch.float16, {"block_n": 128, "num_stages": 3}),
+    (5, 8, 8, 96, torch.bfloat16, {"block_n": 32, "num_stages": 2}),
+    (2, 64, 8, 1024, torch.bfloat16, {"block_n": 32, "num_stages": 8}),
+    (1, 64, 1, 640, torch.float16, {"num_stages": 6}),
+    (17, 32, 8, 256, torch.bfloat16, {"block_n": 128, "num_stages": 2}),
+]
+gen = torch.Generator(device="cuda").manual_seed(0)
+for b, hq, hkv, n, dtype, params in cases:
+    q = torch.randn(b, hq, 128, generator=gen, device="cuda").to(dtype) * 0.3
+    k, v = (torch.randn(b, hkv, n, 128, generator=gen, device="cuda").to(dtype) for _ in "kv")
+    got = module.kernel(q, k, v, **params).double()
+    want = task.reference(q.double(), k.double(), v.double())
+    err = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
+    print(b, hq, hkv, n, dtype, params, f"{err:.2e}", flush=True)
+    assert err < tol, (err, tol)
+empty = torch.zeros(0, 32, 128, device="cuda", dtype=torch.bfloat16)
+kv = torch.zeros(0, 8, 64, 128, device="cuda", dtype=torch.bfloat16)
+assert module.kernel(empty, kv, kv).shape == (0, 32, 128)
+"""
+
+
+@pytest.mark.gpu
+def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
+    run_in_child(GLUON_PATHS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"block_n": 128, "num_stages": 3}, {"block_n": 32, "num_stages": 8}],
+)
+def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
+    from loop.evaluator import CandidateSpec, evaluate
+
+    spec = CandidateSpec(task.folder / GLUON, params)
+    ev = evaluate(task, [spec], "cuda")
+    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+
+
+@pytest.mark.gpu
+def test_the_gluon_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(task) -> None:
+    """Launched with programmatic dependent launch right after kernels that write q, k and v
+    2 ms late, it still reads the new ones."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == "b16-kv8192")
+    q, k, v = task.make_inputs(shape, 7, "cuda")
+    want = task.reference(q.double(), k.double(), v.double())
+    assert_waits_for_late_inputs(module.kernel, (q, k, v), want)

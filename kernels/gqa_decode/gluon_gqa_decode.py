@@ -1,0 +1,245 @@
+"""GQA decode in Gluon for Hopper (sm_90), for batched decode: a program takes one (sequence, KV
+head) over its whole cache, so the KV is read once and no merge kernel follows, and one loader
+warp keeps a deep TMA ring of K and V tiles full while one warpgroup computes.
+
+Session 26 measured SDPA (cuDNN) streaming the cache at 95 % of the read ceiling at b16-kv8192
+and b64-kv2048, against 0.930x of it for the Triton candidate with its loads through tensor
+descriptors: a split kernel, its merge and loads issued from the computing warps. Here the
+loader warp brings the program's queries once and then each tile of `block_n` keys (K and V,
+each in two 64-column chunks, 128-byte swizzled) into a ring of `num_stages` buffers, a buffer
+as soon as the warpgroup gives it back. The warpgroup multiplies on the tensor cores: the
+group's query heads are the first rows of a 64-row wgmma operand (the rows after them are the
+next heads' queries, or zeros past the last, and are never stored), S = Q K^T, the online
+softmax in registers, O += P V, then O / l for the group's rows.
+
+Launched with programmatic dependent launch: both partitions wait (griddepcontrol.wait) for the
+kernel before this one before touching global memory, and the loader then lets the next kernel
+launch. One program a (sequence, KV head) suits batches whose programs fill the GPU (b16 x 8 KV
+heads is 128 programs for 132 SMs); at batch 1 eight programs stream the whole cache, correct
+but slow (the Triton candidate splits the cache there).
+
+Runs on sm_90 with bf16 or fp16 contiguous inputs, head_dim 128, at most 64 query heads a KV
+head and a cache length a multiple of the tile; anything else is a ValueError naming what (the
+Triton candidate takes it). Gluon has no interpreter: the CPU tests build it for sm_90, and the
+GPU tests check its outputs."""
+
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LANGUAGE = "triton"
+PARAMS = {
+    "block_n": [32, 64, 128],
+    "num_stages": [2, 3, 4, 6, 8],
+}
+
+LOG2E = 1.4426950408889634
+# Names in Triton 3.6 (the H200's) that later versions changed (CI builds with its own).
+cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+SHARED_BYTES = 232448  # an sm_90 block's shared memory (227 KiB)
+HEAD_DIM = 128
+ROWS = gl.constexpr(64)  # one wgmma is 64 rows tall: a program's query heads, padded
+CHUNK = gl.constexpr(64)  # columns of a shared-memory chunk (a 128-byte swizzled row)
+CHUNKS = gl.constexpr(HEAD_DIM // 64)
+
+
+@gluon.jit
+def _gdc_wait():
+    """griddepcontrol.wait: the kernel before this one has finished and its writes are seen."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row, kv_row,
+            n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """One warp: the queries once, then each tile's K and V into the ring, a buffer as soon as
+    the warpgroup has given it back (a fresh barrier passes the first wait, parity 1)."""
+    _gdc_wait()
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+    mbarrier.expect(q_bar, CHUNKS * q_desc.block_type.nbytes)
+    for c in gl.static_range(CHUNKS):
+        tma_load(q_desc, [q_row, c * CHUNK], q_bar, q_smem.index(c))
+    tile_bytes: gl.constexpr = 2 * CHUNKS * k_desc.block_type.nbytes
+    for j in range(n_tiles):
+        stage = j % STAGES
+        row = kv_row + j * BLOCK_N
+        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), tile_bytes)
+        for c in gl.static_range(CHUNKS):
+            i = stage * CHUNKS + c
+            tma_load(k_desc, [row, c * CHUNK], ready.index(stage), k_smem.index(i))
+            tma_load(v_desc, [row, c * CHUNK], ready.index(stage), v_smem.index(i))
+
+
+@gluon.jit
+def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, out_row, group, n_tiles,
+            scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """One warpgroup: scores, online softmax and P V tile by tile, each buffer given back once
+    its products are done; then the group's rows of O / l."""
+    _gdc_wait()
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([ROWS], gl.float32, row_layout)
+    o0 = gl.zeros([ROWS, CHUNK], gl.float32, o_layout)
+    o1 = o0
+    mbarrier.wait(q_bar, 0)
+    for j in range(n_tiles):
+        stage = j % STAGES
+        base = stage * CHUNKS
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        s = warpgroup_mma(q_smem.index(0), k_smem.index(base).permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)  # fmt: skip
+        s = warpgroup_mma(q_smem.index(1), k_smem.index(base + 1).permute((1, 0)), s,
+                          is_async=True)  # fmt: skip
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
+        p = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        a = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+        o0 = warpgroup_mma(p16, v_smem.index(base), o0 * a, is_async=True)
+        o1 = warpgroup_mma(p16, v_smem.index(base + 1), o1 * a, is_async=True)
+        o0, o1, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p16))
+        mbarrier.arrive(free.index(stage))
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_layout))
+    inv_l = gl.expand_dims(gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout)), 1)
+    ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
+    ptrs = ptrs + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(rows < group, 1) & gl.expand_dims(cols < CHUNK, 0)
+    gl.store(ptrs, (o0 * inv_l).to(out_ptr.dtype.element_ty), mask=mask)
+    gl.store(ptrs + CHUNK, (o1 * inv_l).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, q_heads, kv_heads, kv_len, scale_log2,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    pid = gl.program_id(0)  # sequence * kv_heads + KV head
+    group = q_heads // kv_heads
+    q_row = pid // kv_heads * q_heads + pid % kv_heads * group
+    kv_row = pid * kv_len
+    n_tiles = kv_len // BLOCK_N
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, ROWS, CHUNK], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_N, CHUNK], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_N, CHUNK], v_desc.layout)
+    layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(free.index(i), count=1)
+    fence_async_shared()
+    cta_barrier()
+    gl.warp_specialize(
+        [
+            (_attend, (q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, q_row, group, n_tiles,
+                       scale_log2, BLOCK_N, STAGES)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row,
+                       kv_row, n_tiles, BLOCK_N, STAGES)),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """TMA descriptor of `t` as a (rows of all but the last dim, last dim) matrix in rows x 64
+    tiles."""
+    dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
+    flat = t.view(-1, t.shape[-1])
+    layout = gl.NVMMASharedLayout.get_default_for([rows, 64], dtype)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64], layout)
+
+
+def shared_bytes(block_n: int, stages: int) -> int:
+    """Shared memory of a program: the queries (64 rows), the ring of K and V tiles, barriers
+    with room."""
+    return 2 * HEAD_DIM * (64 + 2 * stages * block_n) + 1024
+
+
+def _refusal(q, k_cache, v_cache, block_n: int, stages: int):
+    """Why these inputs are not for this kernel at these parameters (None when they are)."""
+    if q.dim() != 3 or k_cache.dim() != 4 or v_cache.shape != k_cache.shape:
+        return "needs q (batch, q_heads, head_dim) and equal caches (batch, kv_heads, len, dim)"
+    if q.dtype not in (torch.bfloat16, torch.float16) or any(
+        t.dtype != q.dtype for t in (k_cache, v_cache)
+    ):
+        return f"needs bf16 or fp16 inputs of one dtype; got {q.dtype}, {k_cache.dtype}"
+    if not all(t.is_contiguous() for t in (q, k_cache, v_cache)):
+        return "needs contiguous inputs"
+    b, hq, d = q.shape
+    kb, hkv, n, kd = k_cache.shape
+    if d != HEAD_DIM or kd != d or kb != b:
+        return f"head_dim {HEAD_DIM} only, q and caches alike; got q {tuple(q.shape)}, " + (
+            f"cache {tuple(k_cache.shape)}"
+        )
+    if hkv == 0 or hq % hkv or hq // hkv > 64:
+        return f"q_heads {hq} on kv_heads {hkv}: whole groups of at most 64 only"
+    if n == 0 or n % block_n:
+        return f"kv_len {n}: a positive multiple of {block_n} only"
+    if b * hkv * n >= 2**31:
+        return f"{b * hkv * n} cache rows above TMA's 32-bit coordinates"
+    if stages < 2:
+        return f"num_stages {stages}: the ring needs 2 buffers at least"
+    if shared_bytes(block_n, stages) > SHARED_BYTES:
+        return f"block_n {block_n} at {stages} stages needs {shared_bytes(block_n, stages)} bytes"
+    if any(t.data_ptr() % 16 for t in (q, k_cache, v_cache)):
+        return "needs 16-byte aligned inputs (TMA)"
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return f"needs an sm_90 GPU (Hopper); got {q.device}"
+    if any(t.device != q.device for t in (k_cache, v_cache)):
+        return f"inputs on {[str(t.device) for t in (q, k_cache, v_cache)]}"
+    return None
+
+
+def kernel(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_n: int = 64,
+    num_stages: int = 4,
+) -> torch.Tensor:
+    why = _refusal(q, k_cache, v_cache, block_n, num_stages)
+    if why is not None:
+        raise ValueError(f"gluon GQA decode {why}; use triton_gqa_decode.py")
+    b, hq, d = q.shape
+    hkv, n = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty_like(q)
+    if b * hq == 0:
+        return out
+    descs = [_descriptor(q, 64), _descriptor(k_cache, block_n), _descriptor(v_cache, block_n)]
+    with torch.cuda.device(q.device):
+        _gqa_kernel[(b * hkv,)](
+            *descs, out, hq, hkv, n, LOG2E / math.sqrt(d), BLOCK_N=block_n, STAGES=num_stages,
+            num_warps=4, launch_pdl=True,
+        )  # fmt: skip
+    return out
