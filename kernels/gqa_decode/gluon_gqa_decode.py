@@ -10,7 +10,8 @@ each in two 64-column chunks, 128-byte swizzled) into a ring of `num_stages` buf
 as soon as the warpgroup gives it back. The warpgroup multiplies on the tensor cores: the
 group's query heads are the first rows of a 64-row wgmma operand (the rows after them are the
 next heads' queries, or zeros past the last, and are never stored), S = Q K^T, the online
-softmax in registers, O += P V, then O / l for the group's rows.
+softmax in registers, O += P V, then O / l for the group's rows; a tile's scores and the tile
+before's P V are issued together, so the softmax runs while P V is on the tensor cores.
 
 Launched with programmatic dependent launch: both partitions wait (griddepcontrol.wait) for the
 kernel before this one before touching global memory, and the loader then lets the next kernel
@@ -87,10 +88,21 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, 
 
 
 @gluon.jit
+def _scores(q_smem, k_smem, base, s_zero):
+    """S = Q K^T over a buffer's two K chunks (not waited)."""
+    s = warpgroup_mma(q_smem.index(0), k_smem.index(base).permute((1, 0)), s_zero,
+                      use_acc=False, is_async=True)  # fmt: skip
+    return warpgroup_mma(q_smem.index(1), k_smem.index(base + 1).permute((1, 0)), s,
+                         is_async=True)  # fmt: skip
+
+
+@gluon.jit
 def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, out_row, group, n_tiles,
             scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """One warpgroup: scores, online softmax and P V tile by tile, each buffer given back once
-    its products are done; then the group's rows of O / l."""
+    """One warpgroup, software-pipelined: tile j's scores and tile j - 1's P V are issued
+    together, and tile j's softmax runs while P V is on the tensor cores (the output is rescaled
+    by a tile's factor one tile late, before that tile's P V is added); each buffer is given back
+    once its P V is done; then the group's rows of O / l."""
     _gdc_wait()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -99,36 +111,43 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, out_row, group,
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, CHUNK, 16]
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-    l_i = gl.zeros([ROWS], gl.float32, row_layout)
     o0 = gl.zeros([ROWS, CHUNK], gl.float32, o_layout)
     o1 = o0
     mbarrier.wait(q_bar, 0)
-    for j in range(n_tiles):
+    mbarrier.wait(ready.index(0), 0)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_smem, k_smem, 0, s_zero),))
+    m_i = gl.max(s, axis=1) * scale_log2
+    p = gl.exp2(s * scale_log2 - gl.expand_dims(m_i, 1))
+    l_i = gl.sum(p, axis=1)
+    p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    a = gl.full([ROWS, 1], 1.0, gl.float32, o_layout)
+    for j in range(1, n_tiles):
         stage = j % STAGES
-        base = stage * CHUNKS
+        prev = (j - 1) % STAGES * CHUNKS
         mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-        s = warpgroup_mma(q_smem.index(0), k_smem.index(base).permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)  # fmt: skip
-        s = warpgroup_mma(q_smem.index(1), k_smem.index(base + 1).permute((1, 0)), s,
-                          is_async=True)  # fmt: skip
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        s = _scores(q_smem, k_smem, stage * CHUNKS, s_zero)
+        o0 = warpgroup_mma(p16, v_smem.index(prev), o0 * a, is_async=True)
+        o1 = warpgroup_mma(p16, v_smem.index(prev + 1), o1 * a, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=2, deps=(s,))  # in order: S_j is done
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
         p = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1))
         alpha = gl.exp2(m_i - m_new)
         l_i = l_i * alpha + gl.sum(p, axis=1)
         m_i = m_new
-        a = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
-        o0 = warpgroup_mma(p16, v_smem.index(base), o0 * a, is_async=True)
-        o1 = warpgroup_mma(p16, v_smem.index(base + 1), o1 * a, is_async=True)
+        a = gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
         o0, o1, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p16))
-        mbarrier.arrive(free.index(stage))
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+        mbarrier.arrive(free.index((j - 1) % STAGES))
+        p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    last = (n_tiles - 1) % STAGES
+    o0 = warpgroup_mma(p16, v_smem.index(last * CHUNKS), o0 * a, is_async=True)
+    o1 = warpgroup_mma(p16, v_smem.index(last * CHUNKS + 1), o1 * a, is_async=True)
+    o0, o1, p16 = warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, p16))
+    mbarrier.arrive(free.index(last))
+    rows = gl.arange(0, ROWS, layout=o_rows)
     cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_layout))
-    inv_l = gl.expand_dims(gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout)), 1)
+    inv_l = gl.expand_dims(gl.convert_layout(1.0 / l_i, o_rows), 1)
     ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
     ptrs = ptrs + gl.expand_dims(cols, 0)
     mask = gl.expand_dims(rows < group, 1) & gl.expand_dims(cols < CHUNK, 0)
