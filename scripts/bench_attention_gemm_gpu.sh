@@ -158,9 +158,9 @@ for stage in $STAGES; do
         # the batched shapes, where SDPA keeps the table: every ring that fits swept against
         # sdpa-gqa, then the fastest at each shape against every peer.
         sweep gqa_decode gluon_gqa_decode.py gluon sdpa-gqa b16-kv8192,b64-kv2048 \
-            '{"block_n":64,"num_stages":2}' '{"block_n":64,"num_stages":3}' \
-            '{"block_n":64,"num_stages":4}' '{"block_n":128,"num_stages":2}' \
-            '{"block_n":32,"num_stages":4}' '{"block_n":32,"num_stages":8}'
+            '{"block_n":64,"num_stages":3}' '{"block_n":64,"num_stages":4}' \
+            '{"block_n":64,"num_stages":6}' '{"block_n":128,"num_stages":3}' \
+            '{"block_n":128,"num_stages":2}' '{"block_n":32,"num_stages":8}'
         bench_best gqa_decode gluon_gqa_decode.py gluon b16-kv8192 b64-kv2048
         ;;
     gqa_early)
