@@ -154,14 +154,19 @@ for stage in $STAGES; do
             '{"block_n":32,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}'
         ;;
     gqa_gluon)
-        # The Gluon candidate (one program a sequence and KV head, a loader warp's TMA ring) at
-        # the batched shapes, where SDPA keeps the table: every ring that fits swept against
-        # sdpa-gqa, then the fastest at each shape against every peer.
+        # The Gluon candidate (a program a sequence and KV head, or a split of its cache, a loader
+        # warp's TMA ring) where SDPA keeps the table: rings and splits swept against sdpa-gqa,
+        # then the fastest at each shape against every peer.
         sweep gqa_decode gluon_gqa_decode.py gluon sdpa-gqa b16-kv8192,b64-kv2048 \
             '{"block_n":64,"num_stages":3}' '{"block_n":64,"num_stages":4}' \
             '{"block_n":64,"num_stages":6}' '{"block_n":128,"num_stages":3}' \
             '{"block_n":128,"num_stages":2}' '{"block_n":32,"num_stages":8}'
         bench_best gqa_decode gluon_gqa_decode.py gluon b16-kv8192 b64-kv2048
+        # The long caches at batch 1 and 4, cut into splits merged by the last to arrive.
+        sweep gqa_decode gluon_gqa_decode.py gluonlong sdpa-gqa b1-kv32768,b1-kv131072,b4-kv131072 \
+            '{}' '{"num_stages":4}' '{"block_n":64,"num_stages":6}' \
+            '{"block_n":128,"num_stages":3}' '{"split_tokens":4096}' '{"split_tokens":8192}'
+        bench_best gqa_decode gluon_gqa_decode.py gluonlong b1-kv32768 b1-kv131072 b4-kv131072
         ;;
     gqa_early)
         # Batch 1 with early_history (the first tile's K and V, all but the new slot, loaded

@@ -13,11 +13,17 @@ next heads' queries, or zeros past the last, and are never stored), S = Q K^T, t
 softmax in registers, O += P V, then O / l for the group's rows; a tile's scores and the tile
 before's P V are issued together, so the softmax runs while P V is on the tensor cores.
 
+Where (sequence, KV head) pairs leave SMs idle (b1 x 8 KV heads: 8 programs), the cache is cut
+into splits of `split_tokens` (0: as many as fill one wave of one program an SM), each split's
+program stores its normalised output and log2-sum-exp for the group's rows, and the last of a
+pair's programs to arrive (an acq_rel count after a barrier that puts its stores first) merges
+them in split order, writes the output and resets the count: no merge kernel. The counts live
+in one buffer per device, zero between calls, so calls on one device must not overlap (one
+stream, as torch runs them).
+
 Launched with programmatic dependent launch: both partitions wait (griddepcontrol.wait) for the
 kernel before this one before touching global memory, and the loader then lets the next kernel
-launch. One program a (sequence, KV head) suits batches whose programs fill the GPU (b16 x 8 KV
-heads is 128 programs for 132 SMs); at batch 1 eight programs stream the whole cache, correct
-but slow (the Triton candidate splits the cache there).
+launch.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, head_dim 128, at most 64 query heads a KV
 head and a cache length a multiple of the tile; anything else is a ValueError naming what (the
@@ -27,6 +33,7 @@ GPU tests check its outputs."""
 import math
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -42,6 +49,7 @@ LANGUAGE = "triton"
 PARAMS = {
     "block_n": [32, 64, 128],
     "num_stages": [2, 3, 4, 6, 8],
+    "split_tokens": [0, 1024, 2048, 4096, 8192, 16384, 32768],
 }
 
 LOG2E = 1.4426950408889634
@@ -97,12 +105,14 @@ def _scores(q_smem, k_smem, base, s_zero):
 
 
 @gluon.jit
-def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, out_row, group, n_tiles,
-            scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_ptr, count_ptr,
+            out_row, group, unit, split, n_splits, n_tiles, scale_log2, BLOCK_N: gl.constexpr,
+            STAGES: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
     """One warpgroup, software-pipelined: tile j's scores and tile j - 1's P V are issued
     together, and tile j's softmax runs while P V is on the tensor cores (the output is rescaled
     by a tile's factor one tile late, before that tile's P V is added); each buffer is given back
-    once its P V is done; then the group's rows of O / l."""
+    once its P V is done; then the group's rows of O / l (SPLIT: the split's, and the pair's
+    merge where this program arrives last)."""
     _gdc_wait()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -148,21 +158,68 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, out_row, group,
     rows = gl.arange(0, ROWS, layout=o_rows)
     cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, o_layout))
     inv_l = gl.expand_dims(gl.convert_layout(1.0 / l_i, o_rows), 1)
-    ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
-    ptrs = ptrs + gl.expand_dims(cols, 0)
     mask = gl.expand_dims(rows < group, 1) & gl.expand_dims(cols < CHUNK, 0)
-    gl.store(ptrs, (o0 * inv_l).to(out_ptr.dtype.element_ty), mask=mask)
-    gl.store(ptrs + CHUNK, (o1 * inv_l).to(out_ptr.dtype.element_ty), mask=mask)
+    if SPLIT:
+        # The split's normalised output and log2-sum-exp: (pair, split, row, column).
+        cell = gl.expand_dims(rows * (CHUNKS * CHUNK), 1) + gl.expand_dims(cols, 0)
+        parts = part_ptr + (unit * n_splits + split).to(gl.int64) * (ROWS * CHUNKS * CHUNK)
+        gl.store(parts + cell, o0 * inv_l, mask=mask)
+        gl.store(parts + cell + CHUNK, o1 * inv_l, mask=mask)
+        lse = gl.convert_layout(m_i + gl.log2(l_i), o_rows)
+        gl.store(lse_ptr + (unit * n_splits + split) * ROWS + rows, lse, mask=rows < group)
+        cta_barrier()
+        arrived = gl.atomic_add(count_ptr + unit, 1, sem="acq_rel", scope="gpu")
+        if arrived == n_splits - 1:
+            gl.store(count_ptr + unit, 0)  # every split has counted: ready for the next call
+            _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group)
+    else:
+        ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
+        ptrs = ptrs + gl.expand_dims(cols, 0)
+        gl.store(ptrs, (o0 * inv_l).to(out_ptr.dtype.element_ty), mask=mask)
+        gl.store(ptrs + CHUNK, (o1 * inv_l).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @gluon.jit
-def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, q_heads, kv_heads, kv_len, scale_log2,
-                BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    pid = gl.program_id(0)  # sequence * kv_heads + KV head
+def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group):
+    """A pair's splits, weighted by their log2-sum-exp, in split order (one pass with a running
+    maximum), into the group's rows of the output."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, CHUNKS * CHUNK, layout=gl.SliceLayout(0, layout))
+    ok = rows < group
+    mask = gl.expand_dims(ok, 1) & gl.expand_dims(cols < CHUNKS * CHUNK, 0)
+    cell = gl.expand_dims(rows * (CHUNKS * CHUNK), 1) + gl.expand_dims(cols, 0)
+    m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
+    den = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, layout))
+    acc = gl.zeros([ROWS, CHUNKS * CHUNK], gl.float32, layout)
+    for s in range(n_splits):
+        at = unit * n_splits + s
+        lse = gl.load(lse_ptr + at * ROWS + rows, mask=ok, other=0.0)
+        o = gl.load(part_ptr + at.to(gl.int64) * (ROWS * CHUNKS * CHUNK) + cell, mask=mask,
+                    other=0.0)  # fmt: skip
+        m_new = gl.maximum(m, lse)
+        keep = gl.exp2(m - m_new)
+        w = gl.exp2(lse - m_new)
+        acc = acc * gl.expand_dims(keep, 1) + gl.expand_dims(w, 1) * o
+        den = den * keep + w
+        m = m_new
+    ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
+    ptrs = ptrs + gl.expand_dims(cols, 0)
+    gl.store(ptrs, (acc / gl.expand_dims(den, 1)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q_heads,
+                kv_heads, kv_len, tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
+                STAGES: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+    unit = gl.program_id(0)  # sequence * kv_heads + KV head
+    split = gl.program_id(1)
+    n_splits = gl.num_programs(1)
     group = q_heads // kv_heads
-    q_row = pid // kv_heads * q_heads + pid % kv_heads * group
-    kv_row = pid * kv_len
-    n_tiles = kv_len // BLOCK_N
+    q_row = unit // kv_heads * q_heads + unit % kv_heads * group
+    first = split * tiles_per_split
+    n_tiles = gl.minimum(tiles_per_split, kv_len // BLOCK_N - first)
+    kv_row = unit * kv_len + first * BLOCK_N
 
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, ROWS, CHUNK], q_desc.layout)
@@ -180,8 +237,9 @@ def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, q_heads, kv_heads, kv_len, scal
     cta_barrier()
     gl.warp_specialize(
         [
-            (_attend, (q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, q_row, group, n_tiles,
-                       scale_log2, BLOCK_N, STAGES)),
+            (_attend, (q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_ptr,
+                       count_ptr, q_row, group, unit, split, n_splits, n_tiles, scale_log2,
+                       BLOCK_N, STAGES, SPLIT)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row,
                        kv_row, n_tiles, BLOCK_N, STAGES)),
         ],
@@ -197,6 +255,32 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     flat = t.view(-1, t.shape[-1])
     layout = gl.NVMMASharedLayout.get_default_for([rows, 64], dtype)
     return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64], layout)
+
+
+# The arrival counts, per device: zero between calls (the last program of a pair resets its
+# count). Every buffer is kept, as a CUDA graph may hold any of them.
+_COUNTS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
+    held = _COUNTS.setdefault(device, [])
+    if held and held[-1].numel() >= n:
+        return held[-1]
+    if torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    size = max(n, 2 * held[-1].numel() if held else 0)
+    held.append(torch.zeros(size, dtype=torch.int32, device=device))
+    return held[-1]
+
+
+def split_tiles(pairs: int, tiles: int, sms: int, split_tokens: int, block_n: int) -> int:
+    """Tiles per split: `split_tokens` worth, or (0) as many as leave one wave of one program an
+    SM (8 pairs over 1024 tiles at 132 SMs: 16 splits of 64 tiles; 128 pairs: no split)."""
+    if split_tokens:
+        return min(tiles, max(1, split_tokens // block_n))
+    return triton.cdiv(tiles, max(1, min(tiles, sms // pairs)))
 
 
 def shared_bytes(block_n: int, stages: int) -> int:
@@ -245,8 +329,14 @@ def kernel(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     block_n: int = 64,
-    num_stages: int = 4,
+    num_stages: int = 3,
+    split_tokens: int = 0,
 ) -> torch.Tensor:
+    if split_tokens < 0 or split_tokens % block_n:
+        raise ValueError(
+            f"gluon GQA decode: split_tokens {split_tokens} is not 0 or a multiple of block_n "
+            f"{block_n}"
+        )
     why = _refusal(q, k_cache, v_cache, block_n, num_stages)
     if why is not None:
         raise ValueError(f"gluon GQA decode {why}; use triton_gqa_decode.py")
@@ -256,9 +346,19 @@ def kernel(
     if b * hq == 0:
         return out
     descs = [_descriptor(q, 64), _descriptor(k_cache, block_n), _descriptor(v_cache, block_n)]
+    pairs, tiles = b * hkv, n // block_n
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    per = split_tiles(pairs, tiles, sms, split_tokens, block_n)
+    splits = triton.cdiv(tiles, per)
+    if splits > 1:
+        parts = torch.empty((pairs * splits, 64, d), device=q.device, dtype=torch.float32)
+        lse = torch.empty((pairs * splits, 64), device=q.device, dtype=torch.float32)
+        counts = _arrival_counts(pairs, q.device)
+    else:
+        parts = lse = counts = out  # not read
     with torch.cuda.device(q.device):
-        _gqa_kernel[(b * hkv,)](
-            *descs, out, hq, hkv, n, LOG2E / math.sqrt(d), BLOCK_N=block_n, STAGES=num_stages,
-            num_warps=4, launch_pdl=True,
+        _gqa_kernel[(pairs, splits)](
+            *descs, out, parts, lse, counts, hq, hkv, n, per, LOG2E / math.sqrt(d),
+            BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

@@ -386,16 +386,21 @@ def test_the_projection_after_an_early_dependents_merge_reads_the_merged_output(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("counts", ["kept", "made-while-capturing"])
-def test_the_fold_replays_in_a_cuda_graph_on_new_queries(task, counts) -> None:
-    """A CUDA graph of the fold, replayed three times on new q copied into its input, gives the
-    reference each time (the output is poisoned with NaN before each replay, so a merge that
-    did not happen shows). With counts made while capturing (more than are kept) the graph
-    zeroes its own, and the kept ones are left as they were; the kept ones end at 0."""
-    module = candidate_module(task, "triton_gqa_decode.py")  # nothing kept yet
+@pytest.mark.parametrize(
+    "name, fold",
+    [("triton_gqa_decode.py", {"merge": "fold"}), ("gluon_gqa_decode.py", {})],
+)
+def test_the_fold_replays_in_a_cuda_graph_on_new_queries(task, counts, name, fold) -> None:
+    """A CUDA graph of the fold (the Triton candidate's, and the Gluon one's merge by the last
+    split), replayed three times on new q copied into its input, gives the reference each time
+    (the output is poisoned with NaN before each replay, so a merge that did not happen shows).
+    With counts made while capturing (more than are kept) the graph zeroes its own, and the kept
+    ones are left as they were; the kept ones end at 0."""
+    module = candidate_module(task, name)  # nothing kept yet
     shape = next(s for s in task.shapes("cuda") if s.name == "b16-kv8192")
     q, k, v = task.make_inputs(shape, 11, "cuda")
     # 1024 tokens: 8 splits at any batch, so the batch-1 call compiles the kernel captured.
-    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=1024, merge="fold")  # noqa: E731
+    run = lambda q, k, v: module.kernel(q, k, v, split_tokens=1024, **fold)  # noqa: E731
     if counts == "kept":
         run(q, k, v)
     else:
@@ -563,9 +568,22 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
     shifted = torch.zeros(k.numel() + 1, dtype=torch.bfloat16)[1:].view(k.shape)
     with pytest.raises(ValueError, match="16-byte aligned"):
         module.kernel(q, shifted, k)
+    with pytest.raises(ValueError, match="split_tokens 100 is not 0 or a multiple of block_n 64"):
+        module.kernel(q, k, k, split_tokens=100)
 
 
-def _gluon_build(module, block_n: int, stages: int):
+def test_gluon_splits_fill_one_wave_unless_told(task) -> None:
+    split_tiles = candidate_module(task, GLUON).split_tiles
+    # 132 SMs, 8 KV heads.
+    assert split_tiles(8, 2048, 132, 0, 64) == 128  # b1 at 128k: 16 splits
+    assert split_tiles(32, 2048, 132, 0, 64) == 512  # b4 at 128k: 4 splits
+    assert split_tiles(128, 128, 132, 0, 64) == 128  # b16: one split
+    assert split_tiles(8, 3, 132, 0, 64) == 1  # never more splits than tiles
+    assert split_tiles(128, 128, 132, 1024, 64) == 16  # told: 1024 tokens a split
+    assert split_tiles(8, 2, 132, 4096, 64) == 2  # told more tokens than the cache has
+
+
+def _gluon_build(module, block_n: int, stages: int, split: bool = False):
     from triton.runtime.jit import mangle_type
 
     from tests.kernels.task_checks import hopper_build
@@ -576,40 +594,48 @@ def _gluon_build(module, block_n: int, stages: int):
         )
 
     types = {"q_desc": desc(64), "k_desc": desc(block_n), "v_desc": desc(block_n)}
-    types |= {"out_ptr": "*bf16", "q_heads": "i32", "kv_heads": "i32", "kv_len": "i32"}
+    types |= {"out_ptr": "*bf16", "part_ptr": "*fp32", "lse_ptr": "*fp32", "count_ptr": "*i32"}
+    types |= {"q_heads": "i32", "kv_heads": "i32", "kv_len": "i32", "tiles_per_split": "i32"}
     types |= {"scale_log2": "fp32"}
-    constexprs = {"BLOCK_N": block_n, "STAGES": stages}
+    constexprs = {"BLOCK_N": block_n, "STAGES": stages, "SPLIT": split}
     return hopper_build(module._gqa_kernel, types, constexprs, 4, multiples_of_16=("kv_len",))
 
 
-@pytest.mark.parametrize("block_n, stages", [(32, 8), (64, 4), (64, 6), (128, 3)])
+@pytest.mark.parametrize(
+    "block_n, stages, split",
+    [(32, 8, False), (64, 3, False), (64, 4, True), (64, 6, False), (128, 3, True)],
+)
 def test_the_gluon_candidate_builds_for_sm90_within_an_sms_shared_memory(
-    task, block_n, stages
+    task, block_n, stages, split
 ) -> None:
-    """Compiled for sm_90 (no GPU needed): every swept configuration fits an SM's shared memory
-    as shared_bytes counts it, spills nothing, gives the loader warp a 24-register budget, and
-    keeps the products on wgmma."""
+    """Compiled for sm_90 (no GPU needed): every swept configuration, with splits and without,
+    fits an SM's shared memory as shared_bytes counts it, spills nothing, gives the loader warp
+    a 24-register budget, and keeps the products on wgmma; with splits, the merge's count is
+    one acq_rel atomic after a barrier."""
     pytest.importorskip("triton")
     from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
 
     module = candidate_module(task, GLUON)
-    compiled = _gluon_build(module, block_n, stages)
+    compiled = _gluon_build(module, block_n, stages, split)
     row = sm90_resources(compiled)
     assert row["spill_bytes"] == 0
     assert 0 < row["shared_bytes"] <= module.shared_bytes(block_n, stages) <= module.SHARED_BYTES
     ptx = compiled.asm["ptx"]
     assert 24 in setmaxnreg_budgets(ptx)
     assert "wgmma.mma_async" in ptx
+    atomics = [line for line in ptx.splitlines() if "atom." in line]
+    assert len(atomics) == split and all(".gpu.acq_rel." in line for line in atomics)
 
 
-def test_the_gluon_candidate_waits_for_the_kernel_before_it_in_both_partitions(task) -> None:
+@pytest.mark.parametrize("split", [False, True])
+def test_the_gluon_candidate_waits_for_the_kernel_before_it_in_both_partitions(task, split) -> None:
     """Programmatic dependent launch done safely, in the sm_90 build's TTGIR (each partition's
     ops in source order): in the warpgroup and in the loader warp, griddepcontrol.wait comes
     before the first global load, store or TMA copy; the one launch_dependents is the loader's,
     after its wait and before its first copy."""
     pytest.importorskip("triton")
     module = candidate_module(task, GLUON)
-    lines = _gluon_build(module, 64, 4).asm["ttgir"].splitlines()
+    lines = _gluon_build(module, 64, 4, split).asm["ttgir"].splitlines()
     starts = [
         i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
     ]
@@ -647,6 +673,11 @@ cases = [
     (2, 64, 8, 1024, torch.bfloat16, {"block_n": 32, "num_stages": 8}),
     (1, 64, 1, 640, torch.float16, {"num_stages": 6}),
     (17, 32, 8, 256, torch.bfloat16, {"block_n": 128, "num_stages": 2}),
+    # splits: as many as fill the SMs (a last one shorter), told, one tile each, one in all
+    (1, 32, 8, 64 * 131, torch.bfloat16, {}),
+    (2, 64, 8, 4096 + 64, torch.float16, {"split_tokens": 1024}),
+    (1, 8, 8, 640, torch.bfloat16, {"block_n": 32, "num_stages": 2, "split_tokens": 32}),
+    (3, 32, 8, 2048, torch.bfloat16, {"split_tokens": 2048}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, hq, hkv, n, dtype, params in cases:
@@ -658,6 +689,7 @@ for b, hq, hkv, n, dtype, params in cases:
     tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
     print(b, hq, hkv, n, dtype, params, f"{err:.2e}", flush=True)
     assert err < tol, (err, tol)
+assert int(module._COUNTS[torch.device("cuda", 0)][-1].abs().sum()) == 0
 empty = torch.zeros(0, 32, 128, device="cuda", dtype=torch.bfloat16)
 kv = torch.zeros(0, 8, 64, 128, device="cuda", dtype=torch.bfloat16)
 assert module.kernel(empty, kv, kv).shape == (0, 32, 128)
@@ -672,7 +704,13 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "params",
-    [{}, {"block_n": 128, "num_stages": 3}, {"block_n": 32, "num_stages": 8}],
+    [
+        {},
+        {"block_n": 128, "num_stages": 3},
+        {"block_n": 32, "num_stages": 8},
+        {"split_tokens": 2048},
+        {"block_n": 128, "num_stages": 3, "split_tokens": 8192},
+    ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
     from loop.evaluator import CandidateSpec, evaluate
@@ -689,7 +727,9 @@ def test_the_gluon_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(ta
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, GLUON)
-    shape = next(s for s in task.shapes("cuda") if s.name == "b16-kv8192")
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv32768")
     q, k, v = task.make_inputs(shape, 7, "cuda")
     want = task.reference(q.double(), k.double(), v.double())
-    assert_waits_for_late_inputs(module.kernel, (q, k, v), want)
+    assert_waits_for_late_inputs(module.kernel, (q, k, v), want)  # in 16 splits
+    one = lambda q, k, v: module.kernel(q, k, v, split_tokens=32768)  # noqa: E731
+    assert_waits_for_late_inputs(one, (q, k, v), want)
