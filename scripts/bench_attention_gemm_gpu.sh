@@ -160,12 +160,12 @@ for stage in $STAGES; do
         sweep gqa_decode gluon_gqa_decode.py gluon sdpa-gqa b16-kv8192,b64-kv2048 \
             '{"block_n":64,"num_stages":3}' '{"block_n":64,"num_stages":4}' \
             '{"block_n":64,"num_stages":6}' '{"block_n":128,"num_stages":3}' \
-            '{"block_n":128,"num_stages":2}' '{"block_n":64,"num_stages":3,"stagger":true}'
+            '{"block_n":128,"num_stages":2}' '{"block_n":32,"num_stages":8}'
         bench_best gqa_decode gluon_gqa_decode.py gluon b16-kv8192 b64-kv2048
         # The long caches at batch 1 and 4, cut into splits merged by the last to arrive.
         sweep gqa_decode gluon_gqa_decode.py gluonlong sdpa-gqa b1-kv32768,b1-kv131072,b4-kv131072 \
-            '{}' '{"stagger":true}' '{"split_tokens":8192}' '{"split_tokens":8192,"stagger":true}' \
-            '{"block_n":128,"num_stages":3,"stagger":true}' '{"num_stages":4,"stagger":true}'
+            '{}' '{"num_stages":4}' '{"block_n":64,"num_stages":6}' \
+            '{"block_n":128,"num_stages":3}' '{"split_tokens":4096}' '{"split_tokens":8192}'
         bench_best gqa_decode gluon_gqa_decode.py gluonlong b1-kv32768 b1-kv131072 b4-kv131072
         ;;
     gqa_early)

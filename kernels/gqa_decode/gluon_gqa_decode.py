@@ -50,7 +50,6 @@ PARAMS = {
     "block_n": [32, 64, 128],
     "num_stages": [2, 3, 4, 6, 8],
     "split_tokens": [0, 1024, 2048, 4096, 8192, 16384, 32768],
-    "stagger": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -74,10 +73,9 @@ def _gdc_wait():
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row, kv_row,
-            n_tiles, first, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+            n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     """One warp: the queries once, then each tile's K and V into the ring, a buffer as soon as
-    the warpgroup has given it back (a fresh barrier passes the first wait, parity 1); the tiles
-    in turn from tile `first` of the split, wrapping round (the softmax takes any order)."""
+    the warpgroup has given it back (a fresh barrier passes the first wait, parity 1)."""
     _gdc_wait()
     gl.inline_asm_elementwise(
         "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
@@ -88,7 +86,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, 
     tile_bytes: gl.constexpr = 2 * CHUNKS * k_desc.block_type.nbytes
     for j in range(n_tiles):
         stage = j % STAGES
-        row = kv_row + (j + first) % n_tiles * BLOCK_N
+        row = kv_row + j * BLOCK_N
         mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(stage), tile_bytes)
         for c in gl.static_range(CHUNKS):
@@ -213,7 +211,7 @@ def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group):
 @gluon.jit
 def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q_heads,
                 kv_heads, kv_len, tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
-                STAGES: gl.constexpr, SPLIT: gl.constexpr, STAGGER: gl.constexpr):  # fmt: skip
+                STAGES: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
     unit = gl.program_id(0)  # sequence * kv_heads + KV head
     split = gl.program_id(1)
     n_splits = gl.num_programs(1)
@@ -222,9 +220,6 @@ def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q
     first = split * tiles_per_split
     n_tiles = gl.minimum(tiles_per_split, kv_len // BLOCK_N - first)
     kv_row = unit * kv_len + first * BLOCK_N
-    # STAGGER: programs start at different tiles of their splits, so that programs reading
-    # caches a power of two apart do not walk the same memory channels in step.
-    start = (split * 7 + unit * 3) % n_tiles if STAGGER else 0
 
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [CHUNKS, ROWS, CHUNK], q_desc.layout)
@@ -246,7 +241,7 @@ def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q
                        count_ptr, q_row, group, unit, split, n_splits, n_tiles, scale_log2,
                        BLOCK_N, STAGES, SPLIT)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row,
-                       kv_row, n_tiles, start, BLOCK_N, STAGES)),
+                       kv_row, n_tiles, BLOCK_N, STAGES)),
         ],
         [1],
         [24],
@@ -336,7 +331,6 @@ def kernel(
     block_n: int = 64,
     num_stages: int = 3,
     split_tokens: int = 0,
-    stagger: bool = False,
 ) -> torch.Tensor:
     if split_tokens < 0 or split_tokens % block_n:
         raise ValueError(
@@ -365,7 +359,6 @@ def kernel(
     with torch.cuda.device(q.device):
         _gqa_kernel[(pairs, splits)](
             *descs, out, parts, lse, counts, hq, hkv, n, per, LOG2E / math.sqrt(d),
-            BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, STAGGER=bool(stagger),
-            num_warps=4, launch_pdl=True,
+            BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

@@ -597,7 +597,7 @@ def _gluon_build(module, block_n: int, stages: int, split: bool = False):
     types |= {"out_ptr": "*bf16", "part_ptr": "*fp32", "lse_ptr": "*fp32", "count_ptr": "*i32"}
     types |= {"q_heads": "i32", "kv_heads": "i32", "kv_len": "i32", "tiles_per_split": "i32"}
     types |= {"scale_log2": "fp32"}
-    constexprs = {"BLOCK_N": block_n, "STAGES": stages, "SPLIT": split, "STAGGER": split}
+    constexprs = {"BLOCK_N": block_n, "STAGES": stages, "SPLIT": split}
     return hopper_build(module._gqa_kernel, types, constexprs, 4, multiples_of_16=("kv_len",))
 
 
@@ -678,8 +678,6 @@ cases = [
     (2, 64, 8, 4096 + 64, torch.float16, {"split_tokens": 1024}),
     (1, 8, 8, 640, torch.bfloat16, {"block_n": 32, "num_stages": 2, "split_tokens": 32}),
     (3, 32, 8, 2048, torch.bfloat16, {"split_tokens": 2048}),
-    (1, 32, 8, 64 * 131, torch.bfloat16, {"stagger": True}),
-    (3, 32, 8, 4096, torch.float16, {"block_n": 32, "split_tokens": 2048, "stagger": True}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, hq, hkv, n, dtype, params in cases:
@@ -712,7 +710,6 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
         {"block_n": 32, "num_stages": 8},
         {"split_tokens": 2048},
         {"block_n": 128, "num_stages": 3, "split_tokens": 8192},
-        {"split_tokens": 8192, "stagger": True},
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
