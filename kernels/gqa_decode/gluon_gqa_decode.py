@@ -25,6 +25,13 @@ Launched with programmatic dependent launch: both partitions wait (griddepcontro
 kernel before this one before touching global memory, and the loader then lets the next kernel
 launch.
 
+Measured on H100s only (session 41; no table has it): against sdpa-gqa (cuDNN) 1.002-1.006x at
+b16-kv8192 and b64-kv2048, both streaming the two caches at about 3.0 TB/s, and 1.000x in the
+Llama b16 block; 0.994-1.004x at b4-kv131072, 0.958-0.965x at b1-kv131072 and 0.882-0.890x at
+b1-kv32768 (where the Triton candidate's fold keeps the table). Pipelining the products and
+starting each split at its own tile changed nothing; two buffers both held by the pipeline
+(block_n 64 at 2 stages) cost 8 %.
+
 Runs on sm_90 with bf16 or fp16 contiguous inputs, head_dim 128, at most 64 query heads a KV
 head and a cache length a multiple of the tile; anything else is a ValueError naming what (the
 Triton candidate takes it). Gluon has no interpreter: the CPU tests build it for sm_90, and the
