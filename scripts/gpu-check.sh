@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: install the carried wheels (.whl/, git-ignored) into a temporary target,
 # put the checkout on PYTHONPATH, then run the stages named on the command line:
-#   tests   pytest -m gpu
+#   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,
+#           which may hold spaces, e.g. TESTS_K="gluon or fold")
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
@@ -61,8 +62,10 @@ for stage in "$@"; do
     echo "== stage $stage at $(date -u +%T), $(limit 9999) s left"
     case "$stage" in
     tests)
+        select=()
+        [ -n "${TESTS_K:-}" ] && select=(-k "$TESTS_K")
         timeout "$(limit "${TESTS_TIMEOUT:-300}")" python3 -m pytest -q -m gpu -p no:cacheprovider \
-            --timeout "${TEST_TIMEOUT:-300}" ${TESTS:---ignore=tests/appliance/fleet tests} 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
+            --timeout "${TEST_TIMEOUT:-300}" "${select[@]}" ${TESTS:---ignore=tests/appliance/fleet tests} 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
         ;;
     allreduce)
         PYTHON=python3 timeout "$(limit "${ALLREDUCE_TIMEOUT:-240}")" bash scripts/bench_allreduce_gpu.sh "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | tail -40
