@@ -15,6 +15,7 @@ from tests.kernels.candidate_tools import cli_verify, evaluate_on_cpu, mutated
 from tests.kernels.task_checks import (
     assert_weights_stream_before_the_wait,
     candidate_module,
+    gpu_evaluate,
     hopper_ptx,
     run_in_child,
     run_interpreted,
@@ -713,11 +714,8 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
-    from loop.evaluator import CandidateSpec, evaluate
-
-    spec = CandidateSpec(task.folder / GLUON, params)
-    ev = evaluate(task, [spec], "cuda")
-    assert ev.verdicts[0].accepted, ev.verdicts[0].reasons
+    verdict = gpu_evaluate(task, [(GLUON, params)]).verdicts[0]
+    assert verdict.accepted, verdict.reasons
 
 
 @pytest.mark.gpu
