@@ -5,12 +5,12 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [gqa_gluon] [mla_decode] [mla_b1] [mla_gluon] [mla_rows] [prefill_attention]
-#       [prefill_desc] [prefill_gluon] [prefill_mla] [fp8_gemm]
+#       [gqa_fold] [gqa_early] [gqa_gluon] [mla_decode] [mla_b1] [mla_gluon] [mla_rows]
+#       [prefill_attention] [prefill_desc] [prefill_gluon] [prefill_mla] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_gluon, mla_b1, mla_gluon, mla_rows,
-# prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split across calls if
-# needed).
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_gluon, mla_b1, mla_gluon,
+# mla_rows, prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split
+# across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.

@@ -1,6 +1,7 @@
 """GQA decode in Gluon for Hopper (sm_90), for batched decode: a program takes one (sequence, KV
-head) over its whole cache, so the KV is read once and no merge kernel follows, and one loader
-warp keeps a deep TMA ring of K and V tiles full while one warpgroup computes.
+head) pair over its cache (or over a split of it, below), so the KV is read once and no merge
+kernel follows, and one loader warp keeps a TMA ring of K and V tiles full while one warpgroup
+computes.
 
 Session 26 measured SDPA (cuDNN) streaming the cache at 95 % of the read ceiling at b16-kv8192
 and b64-kv2048, against 0.930x of it for the Triton candidate with its loads through tensor
