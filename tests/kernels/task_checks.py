@@ -393,6 +393,36 @@ def hopper_build(
     )
 
 
+GLOBAL_OPS = ("tt.load", "tt.store", "async_tma_copy_global_to_local", "tt.atomic")
+
+
+def assert_partitions_wait_before_memory(ttgir: str, partitions: int) -> None:
+    """Programmatic dependent launch done safely by a warp-specialized Gluon kernel, read in its
+    TTGIR (each partition's ops in source order, unlike the PTX, whose blocks the compiler may
+    reorder): it has `partitions` partitions (the default one first, the loader warp last); in
+    each, griddepcontrol.wait comes before its first global load, store, atomic or TMA copy; the
+    one launch_dependents is the loader's, after its wait and before its first TMA copy."""
+    lines = ttgir.splitlines()
+    starts = [
+        i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
+    ]
+    assert len(starts) == partitions, f"expected {partitions} partitions, found {len(starts)}"
+    regions = [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+
+    def first(region: list[str], *needles: str) -> int:
+        return next((i for i, s in enumerate(region) if any(n in s for n in needles)), len(region))
+
+    for region in regions:
+        wait = first(region, "griddepcontrol.wait")
+        assert wait < len(region), "a partition without a wait"
+        assert wait < first(region, *GLOBAL_OPS), region[first(region, *GLOBAL_OPS)]
+    triggers = [first(r, "griddepcontrol.launch_dependents") < len(r) for r in regions]
+    assert triggers == [False] * (partitions - 1) + [True]
+    loader = regions[-1]
+    wait, trigger = first(loader, "griddepcontrol.wait"), first(loader, "launch_dependents")
+    assert wait < trigger < first(loader, "async_tma_copy_global_to_local")
+
+
 def assert_weights_stream_before_the_wait(
     ptx: str,
     weight_vectors: int,

@@ -13,6 +13,7 @@ import torch
 from loop.tasks import load_task
 from tests.kernels.candidate_tools import cli_verify, evaluate_on_cpu, mutated
 from tests.kernels.task_checks import (
+    assert_partitions_wait_before_memory,
     assert_weights_stream_before_the_wait,
     candidate_module,
     gpu_evaluate,
@@ -630,31 +631,13 @@ def test_the_gluon_candidate_builds_for_sm90_within_an_sms_shared_memory(
 
 @pytest.mark.parametrize("split", [False, True])
 def test_the_gluon_candidate_waits_for_the_kernel_before_it_in_both_partitions(task, split) -> None:
-    """Programmatic dependent launch done safely, in the sm_90 build's TTGIR (each partition's
-    ops in source order): in the warpgroup and in the loader warp, griddepcontrol.wait comes
-    before the first global load, store or TMA copy; the one launch_dependents is the loader's,
-    after its wait and before its first copy."""
+    """Programmatic dependent launch done safely in the warpgroup and in the loader warp:
+    griddepcontrol.wait before any global load, store, atomic or TMA copy; the one
+    launch_dependents is the loader's, after its wait and before its first copy
+    (task_checks.assert_partitions_wait_before_memory)."""
     pytest.importorskip("triton")
     module = candidate_module(task, GLUON)
-    lines = _gluon_build(module, 64, 4, split).asm["ttgir"].splitlines()
-    starts = [
-        i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
-    ]
-    assert len(starts) == 2, "expected a default partition and one worker"
-    regions = [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
-    global_ops = ("tt.load", "tt.store", "async_tma_copy_global_to_local", "tt.atomic")
-
-    def first(region: list[str], *needles: str) -> int:
-        return next((i for i, s in enumerate(region) if any(n in s for n in needles)), len(region))
-
-    for region in regions:
-        wait = first(region, "griddepcontrol.wait")
-        assert wait < len(region), "a partition without a wait"
-        assert wait < first(region, *global_ops)
-    assert [first(r, "launch_dependents") < len(r) for r in regions] == [False, True]
-    loader = regions[1]
-    wait, trigger = first(loader, "griddepcontrol.wait"), first(loader, "launch_dependents")
-    assert wait < trigger < first(loader, "async_tma_copy_global_to_local")
+    assert_partitions_wait_before_memory(_gluon_build(module, 64, 4, split).asm["ttgir"], 2)
 
 
 # What the task's GPU shapes (bf16, 32 query heads on 8, 128-dim) leave out: fp16, groups of 1,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kernels.task_checks import setmaxnreg_budgets
+from tests.kernels.task_checks import assert_partitions_wait_before_memory, setmaxnreg_budgets
 from tests.source_files import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,36 +73,15 @@ def test_the_shared_probabilities_build_fences_them_before_the_other_warpgroup_r
     )
 
 
-GLOBAL_OPS = ("tt.load", "tt.store", "async_tma_copy_global_to_local", "tt.atomic")
-
-
 @pytest.mark.parametrize("shared_p", [False, True])
 def test_the_gluon_split_kernel_waits_for_the_kernel_before_it_in_every_partition(
     shared_p,
 ) -> None:
-    """Programmatic dependent launch done safely, in the build's TTGIR (each partition's ops in
-    source order, unlike the PTX, whose blocks the compiler may reorder): in each of the three
-    partitions (the default one, a warpgroup; the other warpgroup; the loader warp),
-    griddepcontrol.wait comes before its first global load, store or TMA copy; the one
-    launch_dependents is the loader's, after its wait and before its first TMA copy."""
+    """Programmatic dependent launch done safely in each of the three partitions (the default
+    one, a warpgroup; the other warpgroup; the loader warp): griddepcontrol.wait before any
+    global load, store or TMA copy; the one launch_dependents is the loader's, after its wait
+    and before its first TMA copy (task_checks.assert_partitions_wait_before_memory)."""
     pytest.importorskip("triton")
     script = import_file(ROOT / "scripts" / "mla_sm90_resources.py")
-    lines = script.gluon_build(32, 4, False, shared_p).asm["ttgir"].splitlines()
-    starts = [
-        i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
-    ]
-    assert len(starts) == 3, "expected a default partition and two workers"
-    regions = [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
-
-    def first(region: list[str], *needles: str) -> int:
-        return next((i for i, s in enumerate(region) if any(n in s for n in needles)), len(region))
-
-    for region in regions:
-        wait = first(region, "griddepcontrol.wait")
-        assert wait < len(region), "a partition without a wait"
-        assert wait < first(region, *GLOBAL_OPS), region[first(region, *GLOBAL_OPS)]
-    triggers = [first(r, "griddepcontrol.launch_dependents") < len(r) for r in regions]
-    assert triggers == [False, False, True]
-    loader = regions[2]
-    wait, trigger = first(loader, "griddepcontrol.wait"), first(loader, "launch_dependents")
-    assert wait < trigger < first(loader, "async_tma_copy_global_to_local")
+    ttgir = script.gluon_build(32, 4, False, shared_p).asm["ttgir"]
+    assert_partitions_wait_before_memory(ttgir, 3)
