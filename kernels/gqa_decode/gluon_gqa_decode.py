@@ -115,7 +115,8 @@ def _scores(q_smem, k_smem, base, s_zero):
 @gluon.jit
 def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_ptr, count_ptr,
             out_row, group, unit, split, n_splits, n_tiles, scale_log2, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+            STAGES: gl.constexpr, SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr,
+            MERGE_S: gl.constexpr):  # fmt: skip
     """One warpgroup, software-pipelined: tile j's scores and tile j - 1's P V are issued
     together, and tile j's softmax runs while P V is on the tensor cores (the output is rescaled
     by a tile's factor one tile late, before that tile's P V is added); each buffer is given back
@@ -179,7 +180,7 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_p
         arrived = gl.atomic_add(count_ptr + unit, 1, sem="acq_rel", scope="gpu")
         if arrived == n_splits - 1:
             gl.store(count_ptr + unit, 0)  # every split has counted: ready for the next call
-            _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group)
+            _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROWS, MERGE_S)
     else:
         ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
         ptrs = ptrs + gl.expand_dims(cols, 0)
@@ -188,38 +189,45 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_p
 
 
 @gluon.jit
-def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group):
-    """A pair's splits, weighted by their log2-sum-exp, in split order (one pass with a running
-    maximum), into the group's rows of the output."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, CHUNKS * CHUNK, layout=gl.SliceLayout(0, layout))
-    ok = rows < group
-    mask = gl.expand_dims(ok, 1) & gl.expand_dims(cols < CHUNKS * CHUNK, 0)
-    cell = gl.expand_dims(rows * (CHUNKS * CHUNK), 1) + gl.expand_dims(cols, 0)
-    m = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, layout))
-    den = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, layout))
-    acc = gl.zeros([ROWS, CHUNKS * CHUNK], gl.float32, layout)
-    for s in range(n_splits):
-        at = unit * n_splits + s
-        lse = gl.load(lse_ptr + at * ROWS + rows, mask=ok, other=0.0)
-        o = gl.load(part_ptr + at.to(gl.int64) * (ROWS * CHUNKS * CHUNK) + cell, mask=mask,
-                    other=0.0)  # fmt: skip
-        m_new = gl.maximum(m, lse)
-        keep = gl.exp2(m - m_new)
-        w = gl.exp2(lse - m_new)
-        acc = acc * gl.expand_dims(keep, 1) + gl.expand_dims(w, 1) * o
-        den = den * keep + w
-        m = m_new
-    ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
-    ptrs = ptrs + gl.expand_dims(cols, 0)
-    gl.store(ptrs, (acc / gl.expand_dims(den, 1)).to(out_ptr.dtype.element_ty), mask=mask)
+def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROWS: gl.constexpr,
+           MERGE_S: gl.constexpr):  # fmt: skip
+    """A pair's splits, weighted by their log2-sum-exp, into the group's rows of the output,
+    `MERGE_ROWS` rows at a time: `MERGE_S` splits' partials and weights are loaded at once (one
+    round trip for up to 16 splits of a 4-head group), with a running maximum across blocks of
+    splits."""
+    cells: gl.constexpr = MERGE_ROWS * CHUNKS * CHUNK  # rows one after the other
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 4], [1, 0])
+    cell_layout: gl.constexpr = gl.SliceLayout(0, layout)
+    sp = gl.arange(0, MERGE_S, layout=gl.SliceLayout(1, layout))
+    for r0 in range(0, group, MERGE_ROWS):
+        cell = r0 * (CHUNKS * CHUNK) + gl.arange(0, cells, layout=cell_layout)
+        row = cell // (CHUNKS * CHUNK)
+        ok = gl.expand_dims(row < group, 0)
+        m = gl.full([cells], float("-inf"), gl.float32, cell_layout)
+        den = gl.zeros([cells], gl.float32, cell_layout)
+        acc = gl.zeros([cells], gl.float32, cell_layout)
+        for s0 in range(0, n_splits, MERGE_S):
+            at = unit * n_splits + s0 + sp
+            live = gl.expand_dims(s0 + sp < n_splits, 1) & ok
+            lse = gl.load(lse_ptr + gl.expand_dims(at * ROWS, 1) + gl.expand_dims(row, 0),
+                          mask=live, other=float("-inf"))  # fmt: skip
+            parts = part_ptr + gl.expand_dims(at.to(gl.int64) * (ROWS * CHUNKS * CHUNK), 1)
+            o = gl.load(parts + gl.expand_dims(cell, 0), mask=live, other=0.0)
+            m_new = gl.maximum(m, gl.max(lse, axis=0))
+            keep = gl.exp2(m - m_new)
+            w = gl.exp2(lse - gl.expand_dims(m_new, 0))
+            acc = acc * keep + gl.sum(w * o, axis=0)
+            den = den * keep + gl.sum(w, axis=0)
+            m = m_new
+        out = (acc / den).to(out_ptr.dtype.element_ty)
+        gl.store(out_ptr + out_row.to(gl.int64) * (CHUNKS * CHUNK) + cell, out, mask=row < group)
 
 
 @gluon.jit
 def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q_heads,
                 kv_heads, kv_len, tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
-                STAGES: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+                STAGES: gl.constexpr, SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr,
+                MERGE_S: gl.constexpr):  # fmt: skip
     unit = gl.program_id(0)  # sequence * kv_heads + KV head
     split = gl.program_id(1)
     n_splits = gl.num_programs(1)
@@ -247,7 +255,7 @@ def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q
         [
             (_attend, (q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_ptr,
                        count_ptr, q_row, group, unit, split, n_splits, n_tiles, scale_log2,
-                       BLOCK_N, STAGES, SPLIT)),
+                       BLOCK_N, STAGES, SPLIT, MERGE_ROWS, MERGE_S)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row,
                        kv_row, n_tiles, BLOCK_N, STAGES)),
         ],
@@ -364,9 +372,13 @@ def kernel(
         counts = _arrival_counts(pairs, q.device)
     else:
         parts = lse = counts = out  # not read
+    # The merge's rows a pass (at least 4: its layout spans 512 cells) and splits a load (64
+    # values a thread of each).
+    merge_rows = min(32, max(4, triton.next_power_of_2(hq // hkv)))
     with torch.cuda.device(q.device):
         _gqa_kernel[(pairs, splits)](
             *descs, out, parts, lse, counts, hq, hkv, n, per, LOG2E / math.sqrt(d),
-            BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, num_warps=4, launch_pdl=True,
+            BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, MERGE_ROWS=merge_rows,
+            MERGE_S=64 // merge_rows, num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

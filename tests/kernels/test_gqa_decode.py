@@ -585,7 +585,7 @@ def test_gluon_splits_fill_one_wave_unless_told(task) -> None:
     assert split_tiles(8, 2, 132, 4096, 64) == 2  # told more tokens than the cache has
 
 
-def _gluon_build(module, block_n: int, stages: int, split: bool = False):
+def _gluon_build(module, block_n: int, stages: int, split: bool = False, merge_rows: int = 4):
     from triton.runtime.jit import mangle_type
 
     from tests.kernels.task_checks import hopper_build
@@ -600,25 +600,35 @@ def _gluon_build(module, block_n: int, stages: int, split: bool = False):
     types |= {"q_heads": "i32", "kv_heads": "i32", "kv_len": "i32", "tiles_per_split": "i32"}
     types |= {"scale_log2": "fp32"}
     constexprs = {"BLOCK_N": block_n, "STAGES": stages, "SPLIT": split}
+    constexprs |= {"MERGE_ROWS": merge_rows, "MERGE_S": 64 // merge_rows}
     return hopper_build(module._gqa_kernel, types, constexprs, 4, multiples_of_16=("kv_len",))
 
 
 @pytest.mark.parametrize(
-    "block_n, stages, split",
-    [(32, 8, False), (64, 3, False), (64, 4, True), (64, 6, False), (128, 3, True)],
+    "block_n, stages, split, merge_rows",
+    [
+        (32, 8, False, 4),
+        (64, 3, False, 4),
+        (64, 4, True, 4),
+        (64, 6, False, 4),
+        (128, 3, True, 4),
+        (128, 3, True, 32),
+        (64, 3, True, 8),
+    ],
 )
 def test_the_gluon_candidate_builds_for_sm90_within_an_sms_shared_memory(
-    task, block_n, stages, split
+    task, block_n, stages, split, merge_rows
 ) -> None:
     """Compiled for sm_90 (no GPU needed): every swept configuration, with splits and without,
     fits an SM's shared memory as shared_bytes counts it, spills nothing, gives the loader warp
     a 24-register budget, and keeps the products on wgmma; with splits, the merge's count is
-    one acq_rel atomic after a barrier."""
+    one acq_rel atomic after a barrier, and its blocks of splits (16 splits of 4 rows, 8 of 8, 2
+    of 32) spill nothing either."""
     pytest.importorskip("triton")
     from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
 
     module = candidate_module(task, GLUON)
-    compiled = _gluon_build(module, block_n, stages, split)
+    compiled = _gluon_build(module, block_n, stages, split, merge_rows)
     row = sm90_resources(compiled)
     assert row["spill_bytes"] == 0
     assert 0 < row["shared_bytes"] <= module.shared_bytes(block_n, stages) <= module.SHARED_BYTES
@@ -662,6 +672,10 @@ cases = [
     (2, 64, 8, 4096 + 64, torch.float16, {"split_tokens": 1024}),
     (1, 8, 8, 640, torch.bfloat16, {"block_n": 32, "num_stages": 2, "split_tokens": 32}),
     (3, 32, 8, 2048, torch.bfloat16, {"split_tokens": 2048}),
+    # merged in blocks: 35 splits 16 at a time (the last block short); 64 heads 32 rows at a
+    # time, 20 splits 2 at a time
+    (1, 32, 8, 64 * 70, torch.bfloat16, {"split_tokens": 128}),
+    (1, 64, 1, 64 * 40, torch.float16, {"split_tokens": 128}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, hq, hkv, n, dtype, params in cases:
