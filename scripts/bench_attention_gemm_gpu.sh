@@ -5,11 +5,11 @@
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
 #   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [gqa_gluon] [mla_decode] [mla_b1] [mla_gluon] [mla_rows]
+#       [gqa_fold] [gqa_early] [gqa_gluon] [gqa_b1gluon] [mla_decode] [mla_b1] [mla_gluon] [mla_rows]
 #       [prefill_attention] [prefill_desc] [prefill_gluon] [prefill_mla] [fp8_gemm]
 #
-# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_gluon, mla_b1, mla_gluon,
-# mla_rows, prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split
+# No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_gluon, gqa_b1gluon, mla_b1,
+# mla_gluon, mla_rows, prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split
 # across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
@@ -42,7 +42,8 @@ bench() {
 }
 
 # sweep TASK CANDIDATE TAG PEER SHAPES(comma-separated) PARAMS...: every config in one worker,
-# timed interleaved with the peer (one process start instead of one per config).
+# timed interleaved with the peer (one process start instead of one per config). A config
+# written FILE{...} is another candidate file of the task's (candidates against each other).
 sweep() {
     local task=$1 cand=$2 tag=$3 peer=$4 shapes=$5
     shift 5
@@ -56,9 +57,11 @@ from loop.tasks import load_task
 
 task_name, cand, peer, shapes, *configs = sys.argv[1:]
 task = load_task(task_name)
-specs = [
-    CandidateSpec(task.folder / cand, json.loads(c), f"cfg{i}") for i, c in enumerate(configs)
-]
+specs = []
+for i, c in enumerate(configs):
+    brace = c.index("{")
+    path = task.folder / (c[:brace] or cand)
+    specs.append(CandidateSpec(path, json.loads(c[brace:]), f"cfg{i}"))
 device = os.environ.get("DEVICE", "cuda")
 ev = evaluate(task, specs, device, time_it=True, peers=[peer], shapes=shapes.split(","))
 print(json.dumps({"task": task.name, "sweep": True, "seconds": ev.seconds,
@@ -167,6 +170,15 @@ for stage in $STAGES; do
             '{}' '{"num_stages":4}' '{"block_n":64,"num_stages":6}' \
             '{"block_n":128,"num_stages":3}' '{"split_tokens":4096}' '{"split_tokens":8192}'
         bench_best gqa_decode gluon_gqa_decode.py gluonlong b1-kv32768 b1-kv131072 b4-kv131072
+        ;;
+    gqa_b1gluon)
+        # Batch 1, the tables' Triton fold (session 10's configurations, block tables and per-op
+        # table) against the Gluon candidate's splits, in one interleaved sweep against SDPA.
+        sweep gqa_decode gluon_gqa_decode.py b1gluon sdpa-gqa b1-kv4096,b1-kv32768,b1-kv131072 \
+            'triton_gqa_decode.py{"block_n":64,"num_warps":4,"num_stages":3,"split_tokens":256,"merge":"fold"}' \
+            'triton_gqa_decode.py{"block_n":128,"num_warps":8,"num_stages":3,"split_tokens":2048,"merge":"fold"}' \
+            '{}' '{"block_n":32,"num_stages":4}' '{"block_n":32,"num_stages":4,"split_tokens":128}' \
+            '{"block_n":64,"num_stages":3,"split_tokens":128}' '{"block_n":128,"num_stages":2}'
         ;;
     gqa_early)
         # Batch 1 with early_history (the first tile's K and V, all but the new slot, loaded

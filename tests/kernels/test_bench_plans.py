@@ -20,7 +20,8 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
     """(task, candidate, shapes, configs) of every `bench`, `sweep` and `bench_best` line of the
     shell script (continuation lines joined; shapes and configs that are shell variables
-    skipped, and so are the calls inside the script's own helpers, whose task is one)."""
+    skipped, and so are the calls inside the script's own helpers, whose task is one). A sweep's
+    config written FILE{...} (another candidate file) is a plan of its own."""
     plans = []
     for line in text.replace("\\\n", " ").splitlines():
         words = line.split(maxsplit=1)
@@ -35,6 +36,11 @@ def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
             shapes, configs = args[3:], []
         else:  # task candidate tag peer shapes,... configs...
             shapes, configs = args[4].split(","), args[5:]
+            others = [c for c in configs if not c.startswith(("{", "$"))]
+            configs = [c for c in configs if c not in others]
+            for c in others:
+                brace = c.index("{")
+                plans.append((args[0], c[:brace], args[4].split(","), [json.loads(c[brace:])]))
         shapes = [s for s in shapes if not s.startswith("$")]
         configs = [json.loads(c) for c in configs if not c.startswith("$")]
         plans.append((args[0], args[1], shapes, configs))
@@ -79,20 +85,24 @@ def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
     script = """
         sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b2-kv7 \\
             '{"block_h":64}' \\
-            '{"block_h":128,"block_n":64}'
+            '{"block_h":128,"block_n":64}' 'gluon_mla_decode.py{"block_n":48}'
     """
     plans = _shell_plans(script)
     assert plans == [
+        ("mla_decode", "gluon_mla_decode.py", ["b1-kv131072", "b2-kv7"], [{"block_n": 48}]),
         (
             "mla_decode",
             "triton_mla_decode.py",
             ["b1-kv131072", "b2-kv7"],
             [{"block_h": 64}, {"block_h": 128, "block_n": 64}],
-        )
+        ),
     ]
-    problems = _problems(*plans[0])
+    problems = _problems(*plans[1])
     assert len(problems) == 2
     assert "no shape b2-kv7" in problems[0] and "block_h=128" in problems[1]
+    problems = _problems(*plans[0])
+    assert len(problems) == 2
+    assert "no shape b2-kv7" in problems[0] and "block_n=48" in problems[1]
 
 
 def _gluon_configs_too_big(task_name: str, candidate: str, at: dict[str, list[dict]]) -> list[str]:
