@@ -24,7 +24,10 @@ stream, as torch runs them).
 
 Launched with programmatic dependent launch: both partitions wait (griddepcontrol.wait) for the
 kernel before this one before touching global memory, and the loader then lets the next kernel
-launch.
+launch. With `early_history` the loader first asks for the tiles that fill its ring, before its
+wait, but not the cache's last tile: right where the kernel before writes no slot of the cache
+but the last (the new token's, as an append-then-attend step does), as the Triton candidate's
+`early_history`. The queries are always read after the wait.
 
 Measured on H100s only (session 41; no table has it): against sdpa-gqa (cuDNN) 1.002-1.006x at
 b16-kv8192 and b64-kv2048, both streaming the two caches at about 3.0 TB/s, and 1.000x in the
@@ -58,6 +61,7 @@ PARAMS = {
     "block_n": [32, 64, 128],
     "num_stages": [2, 3, 4, 6, 8],
     "split_tokens": [0, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+    "early_history": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -80,10 +84,32 @@ def _gdc_wait():
 
 
 @gluon.jit
+def _load_tile(k_desc, v_desc, k_smem, v_smem, ready, free, kv_row, j, BLOCK_N: gl.constexpr,
+               STAGES: gl.constexpr):  # fmt: skip
+    """Tile j's K and V into its ring buffer, once the warpgroup has given the buffer back (a
+    fresh barrier passes the first wait, parity 1)."""
+    stage = j % STAGES
+    row = kv_row + j * BLOCK_N
+    mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(stage), 2 * CHUNKS * k_desc.block_type.nbytes)
+    for c in gl.static_range(CHUNKS):
+        i = stage * CHUNKS + c
+        tma_load(k_desc, [row, c * CHUNK], ready.index(stage), k_smem.index(i))
+        tma_load(v_desc, [row, c * CHUNK], ready.index(stage), v_smem.index(i))
+
+
+@gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row, kv_row,
-            n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """One warp: the queries once, then each tile's K and V into the ring, a buffer as soon as
-    the warpgroup has given it back (a fresh barrier passes the first wait, parity 1)."""
+            n_tiles, last_split, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            EARLY: gl.constexpr):  # fmt: skip
+    """One warp: the queries once, then each tile's K and V into the ring. EARLY: the first
+    tiles that fill the ring are asked for before the wait, all but the cache's last tile (the
+    last split's last), which holds the slot the kernel before may write."""
+    early = 0
+    if EARLY:
+        early = gl.minimum(n_tiles - last_split, STAGES)
+        for j in range(early):
+            _load_tile(k_desc, v_desc, k_smem, v_smem, ready, free, kv_row, j, BLOCK_N, STAGES)
     _gdc_wait()
     gl.inline_asm_elementwise(
         "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
@@ -91,16 +117,8 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, 
     mbarrier.expect(q_bar, CHUNKS * q_desc.block_type.nbytes)
     for c in gl.static_range(CHUNKS):
         tma_load(q_desc, [q_row, c * CHUNK], q_bar, q_smem.index(c))
-    tile_bytes: gl.constexpr = 2 * CHUNKS * k_desc.block_type.nbytes
-    for j in range(n_tiles):
-        stage = j % STAGES
-        row = kv_row + j * BLOCK_N
-        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
-        mbarrier.expect(ready.index(stage), tile_bytes)
-        for c in gl.static_range(CHUNKS):
-            i = stage * CHUNKS + c
-            tma_load(k_desc, [row, c * CHUNK], ready.index(stage), k_smem.index(i))
-            tma_load(v_desc, [row, c * CHUNK], ready.index(stage), v_smem.index(i))
+    for j in range(early, n_tiles):
+        _load_tile(k_desc, v_desc, k_smem, v_smem, ready, free, kv_row, j, BLOCK_N, STAGES)
 
 
 @gluon.jit
@@ -227,7 +245,7 @@ def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROW
 def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q_heads,
                 kv_heads, kv_len, tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
                 STAGES: gl.constexpr, SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr,
-                MERGE_S: gl.constexpr):  # fmt: skip
+                MERGE_S: gl.constexpr, EARLY: gl.constexpr):  # fmt: skip
     unit = gl.program_id(0)  # sequence * kv_heads + KV head
     split = gl.program_id(1)
     n_splits = gl.num_programs(1)
@@ -257,7 +275,8 @@ def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q
                        count_ptr, q_row, group, unit, split, n_splits, n_tiles, scale_log2,
                        BLOCK_N, STAGES, SPLIT, MERGE_ROWS, MERGE_S)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row,
-                       kv_row, n_tiles, BLOCK_N, STAGES)),
+                       kv_row, n_tiles, (split == n_splits - 1).to(gl.int32), BLOCK_N, STAGES,
+                       EARLY)),
         ],
         [1],
         [24],
@@ -347,6 +366,7 @@ def kernel(
     block_n: int = 64,
     num_stages: int = 3,
     split_tokens: int = 0,
+    early_history: bool = False,
 ) -> torch.Tensor:
     if split_tokens < 0 or split_tokens % block_n:
         raise ValueError(
@@ -379,6 +399,6 @@ def kernel(
         _gqa_kernel[(pairs, splits)](
             *descs, out, parts, lse, counts, hq, hkv, n, per, LOG2E / math.sqrt(d),
             BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, MERGE_ROWS=merge_rows,
-            MERGE_S=64 // merge_rows, num_warps=4, launch_pdl=True,
+            MERGE_S=64 // merge_rows, EARLY=bool(early_history), num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

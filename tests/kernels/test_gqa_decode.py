@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -585,7 +586,9 @@ def test_gluon_splits_fill_one_wave_unless_told(task) -> None:
     assert split_tiles(8, 2, 132, 4096, 64) == 2  # told more tokens than the cache has
 
 
-def _gluon_build(module, block_n: int, stages: int, split: bool = False, merge_rows: int = 4):
+def _gluon_build(
+    module, block_n: int, stages: int, split: bool = False, merge_rows: int = 4, early=False
+):
     from triton.runtime.jit import mangle_type
 
     from tests.kernels.task_checks import hopper_build
@@ -600,7 +603,7 @@ def _gluon_build(module, block_n: int, stages: int, split: bool = False, merge_r
     types |= {"q_heads": "i32", "kv_heads": "i32", "kv_len": "i32", "tiles_per_split": "i32"}
     types |= {"scale_log2": "fp32"}
     constexprs = {"BLOCK_N": block_n, "STAGES": stages, "SPLIT": split}
-    constexprs |= {"MERGE_ROWS": merge_rows, "MERGE_S": 64 // merge_rows}
+    constexprs |= {"MERGE_ROWS": merge_rows, "MERGE_S": 64 // merge_rows, "EARLY": early}
     return hopper_build(module._gqa_kernel, types, constexprs, 4, multiples_of_16=("kv_len",))
 
 
@@ -650,6 +653,22 @@ def test_the_gluon_candidate_waits_for_the_kernel_before_it_in_both_partitions(t
     assert_partitions_wait_before_memory(_gluon_build(module, 64, 4, split).asm["ttgir"], 2)
 
 
+def test_gluon_early_history_asks_for_k_and_v_before_the_wait_but_never_q(task) -> None:
+    """Compiled for sm_90 with early_history: the loader warp's only memory ops before its wait
+    are one loop's K and V copies (two 64-column chunks of each: the tiles that fill the ring,
+    which of them the kernel decides at run time), never the queries', whose two copies follow
+    the wait and the trigger; the warpgroup still waits before touching memory."""
+    pytest.importorskip("triton")
+    ttgir = _gluon_build(candidate_module(task, GLUON), 64, 3, True, early=True).asm["ttgir"]
+    assert_partitions_wait_before_memory(ttgir, 2, early_copies=4)
+    loader = ttgir[ttgir.index("partition0(") :]
+    queries = re.match(r"partition0\((%arg\d+):", loader).group(1)  # _loader's first argument
+    before, _, after = loader.partition("griddepcontrol.wait")
+    copies = [line for line in after.splitlines() if "async_tma_copy_global_to_local" in line]
+    assert f"{queries}[" not in before
+    assert [f" {queries}[" in line for line in copies] == [True] * 2 + [False] * 4
+
+
 # What the task's GPU shapes (bf16, 32 query heads on 8, 128-dim) leave out: fp16, groups of 1,
 # 8 and 64 heads, the last program's query rows past the end of q, one tile, many stages'
 # worth of wrap-arounds. In a child process with a time limit: a hang fails the test.
@@ -676,6 +695,10 @@ cases = [
     # time, 20 splits 2 at a time
     (1, 32, 8, 64 * 70, torch.bfloat16, {"split_tokens": 128}),
     (1, 64, 1, 64 * 40, torch.float16, {"split_tokens": 128}),
+    # early_history: ring-filling tiles before the wait, none where a split is one tile
+    (1, 32, 8, 4096, torch.bfloat16, {"early_history": True}),
+    (2, 32, 8, 640, torch.bfloat16, {"block_n": 32, "split_tokens": 32, "early_history": True}),
+    (3, 32, 8, 1024, torch.float16, {"num_stages": 6, "early_history": True}),
 ]
 gen = torch.Generator(device="cuda").manual_seed(0)
 for b, hq, hkv, n, dtype, params in cases:
@@ -708,6 +731,7 @@ def test_gluon_candidate_paths_the_task_shapes_leave_out_on_gpu() -> None:
         {"block_n": 32, "num_stages": 8},
         {"split_tokens": 2048},
         {"block_n": 128, "num_stages": 3, "split_tokens": 8192},
+        {"early_history": True},
     ],
 )
 def test_gluon_candidate_matches_the_reference_on_gpu(task, params) -> None:
@@ -728,3 +752,40 @@ def test_the_gluon_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(ta
     assert_waits_for_late_inputs(module.kernel, (q, k, v), want)  # in 16 splits
     one = lambda q, k, v: module.kernel(q, k, v, split_tokens=32768)  # noqa: E731
     assert_waits_for_late_inputs(one, (q, k, v), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_tokens", [64, 0])
+def test_gluon_early_history_waits_for_q_and_the_new_slot(task, split_tokens) -> None:
+    """With early_history, the history may be read before the wait, but q and the cache's last
+    slot (the new token's) not: launched right after a kernel that writes q, or the k or v cache
+    whose last slot was zero, 2 ms late, the kernel gives the bits it gives on the new inputs.
+    With one-tile splits every split but the last loads its tile early; with 16 splits of four
+    tiles the last split loads three early and the new slot's after. Each stale input is checked
+    to change the output, so a kernel that read it early could not pass."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
+    q, k, v = task.make_inputs(shape, 7, "cuda")
+
+    def without_the_new_slot(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() != 4:
+            return torch.zeros_like(t)
+        old = t.clone()
+        old[:, :, -1] = 0
+        return old
+
+    def run(q, k, v):
+        return module.kernel(q, k, v, split_tokens=split_tokens, early_history=True)
+
+    want = run(q, k, v)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(
+        want.double(), task.reference(q.double(), k.double(), v.double()), atol=2e-2, rtol=2e-2
+    )
+    for i in range(3):
+        stale = [q, k, v]
+        stale[i] = without_the_new_slot(stale[i])
+        assert not torch.equal(run(*stale), want), f"input {i}: its stale copy changes nothing"
+    assert_waits_for_late_inputs(run, (q, k, v), want, stale=without_the_new_slot, exact=True)
