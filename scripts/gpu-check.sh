@@ -85,7 +85,7 @@ for stage in "$@"; do
     e2e|e2e[2-9])
         n=${stage#e2e}
         dispatch_var=E2E${n}_DISPATCH args_var=E2E${n}_ARGS kinds_var=E2E${n}_KINDS
-        tables=${!dispatch_var:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}
+        tables=${!dispatch_var:-${E2E_DISPATCH:-$([ -d "$OUT/dispatch" ] && echo "$OUT/dispatch" || echo "$OUT/run")}}
         timeout "$(limit "${E2E_TIMEOUT:-300}")" python3 scripts/bench_e2e_block.py --dispatch-dir "$tables" \
             --kinds "${!kinds_var:-${E2E_KINDS:-llama}}" --json "$OUT/$stage.json" ${!args_var:-} 2>&1 |
             tee "$OUT/$stage.log" | tail -30
