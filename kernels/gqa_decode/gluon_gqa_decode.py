@@ -18,9 +18,9 @@ Where (sequence, KV head) pairs leave SMs idle (b1 x 8 KV heads: 8 programs), th
 into splits of `split_tokens` (0: as many as fill one wave of one program an SM), each split's
 program stores its normalised output and log2-sum-exp for the group's rows, and the last of a
 pair's programs to arrive (an acq_rel count after a barrier that puts its stores first) merges
-them in split order, writes the output and resets the count: no merge kernel. The counts live
-in one buffer per device, zero between calls, so calls on one device must not overlap (one
-stream, as torch runs them).
+them, a block of splits a load, writes the output and resets the count: no merge kernel. The
+counts live in one buffer per device, zero between calls, so calls on one device must not
+overlap (one stream, as torch runs them).
 
 Launched with programmatic dependent launch: both partitions wait (griddepcontrol.wait) for the
 kernel before this one before touching global memory, and the loader then lets the next kernel
@@ -29,12 +29,14 @@ wait, but not the cache's last tile: right where the kernel before writes no slo
 but the last (the new token's, as an append-then-attend step does), as the Triton candidate's
 `early_history`. The queries are always read after the wait.
 
-Measured on H100s only (session 41; no table has it): against sdpa-gqa (cuDNN) 1.002-1.006x at
-b16-kv8192 and b64-kv2048, both streaming the two caches at about 3.0 TB/s, and 1.000x in the
-Llama b16 block; 0.994-1.004x at b4-kv131072, 0.958-0.965x at b1-kv131072 and 0.882-0.890x at
-b1-kv32768 (where the Triton candidate's fold keeps the table). Pipelining the products and
-starting each split at its own tile changed nothing; two buffers both held by the pipeline
-(block_n 64 at 2 stages) cost 8 %.
+Measured on H100s only (sessions 41-42; no table has it): against sdpa-gqa (cuDNN) 1.002-1.006x
+at b16-kv8192 and b64-kv2048, both streaming the two caches at about 3.0 TB/s, and 1.000x in the
+Llama b16 block; at batch 1, with the merge loading a block of splits at once (one split a round
+trip cost 6.5-7.8 us), 1.031-1.042x at b1-kv32768 (a tie with the Triton fold) and 1.003-1.011x
+at b1-kv131072, 0.994x at b4-kv131072. In the Llama b1 blocks, at both batch-1 entries with
+early_history: 1.014x the tables in force at 4k (4 layers) and 1.020x at 32k (32 layers).
+Pipelining the products and starting each split at its own tile changed nothing; two buffers
+both held by the pipeline (block_n 64 at 2 stages) cost 8 %.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, head_dim 128, at most 64 query heads a KV
 head and a cache length a multiple of the tile; anything else is a ValueError naming what (the
