@@ -24,6 +24,7 @@ from tests.kernels.task_checks import (
 )
 
 TRITON_PARAMS = {"block_n": 16, "split_tokens": 32, "num_stages": 1}
+GLUON = "gluon_gqa_decode.py"
 
 
 @pytest.fixture(scope="module")
@@ -322,16 +323,26 @@ def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
 
 
 @pytest.mark.gpu
-def test_early_history_waits_for_q_and_the_new_slot(task) -> None:
+@pytest.mark.parametrize(
+    "candidate, params",
+    [
+        ("triton_gqa_decode.py", {"block_n": 64, "split_tokens": 64}),
+        (GLUON, {"split_tokens": 64}),
+        (GLUON, {"split_tokens": 0}),
+    ],
+)
+def test_early_history_waits_for_q_and_the_new_slot(task, candidate, params) -> None:
     """With early_history, the history may be read before the wait, but q and the cache's last
     slot (the new token's) not: launched right after a kernel that writes q, or the k or v cache
     whose last slot was zero, 2 ms late, the kernel gives the bits it gives on the new inputs
-    (and a copy that does not wait sees the old last slot). The splits are one 64-token tile
-    each, so the new slot sits in the last split's early tile; each stale input is checked to
-    change the output, so a kernel that read it early could not pass."""
+    (and a copy that does not wait sees the old last slot). With one-tile splits of 64 tokens
+    the new slot sits in the last split's tile (the Triton kernel's early tile; the Gluon
+    kernel's every split but the last loads early); with the Gluon kernel's 16 splits of four
+    tiles the last split loads three early and the new slot's after. Each stale input is checked
+    to change the output, so a kernel that read it early could not pass."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
-    module = candidate_module(task, "triton_gqa_decode.py")
+    module = candidate_module(task, candidate)
     shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
     q, k, v = task.make_inputs(shape, 7, "cuda")
 
@@ -343,7 +354,7 @@ def test_early_history_waits_for_q_and_the_new_slot(task) -> None:
         return old
 
     def run(q, k, v):
-        return module.kernel(q, k, v, block_n=64, split_tokens=64, early_history=True)
+        return module.kernel(q, k, v, early_history=True, **params)
 
     want = run(q, k, v)
     torch.cuda.synchronize()
@@ -527,9 +538,6 @@ def test_an_empty_cache_is_refused_with_a_clear_error(task) -> None:
     for merge in ("kernel", "fold"):
         with pytest.raises(ValueError, match="the cache is empty"):
             module.kernel(q, k[:, :, :0], v[:, :, :0], merge=merge)
-
-
-GLUON = "gluon_gqa_decode.py"
 
 
 def test_gluon_candidate_runs_on_the_gpu_only(task) -> None:
@@ -752,40 +760,3 @@ def test_the_gluon_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(ta
     assert_waits_for_late_inputs(module.kernel, (q, k, v), want)  # in 16 splits
     one = lambda q, k, v: module.kernel(q, k, v, split_tokens=32768)  # noqa: E731
     assert_waits_for_late_inputs(one, (q, k, v), want)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("split_tokens", [64, 0])
-def test_gluon_early_history_waits_for_q_and_the_new_slot(task, split_tokens) -> None:
-    """With early_history, the history may be read before the wait, but q and the cache's last
-    slot (the new token's) not: launched right after a kernel that writes q, or the k or v cache
-    whose last slot was zero, 2 ms late, the kernel gives the bits it gives on the new inputs.
-    With one-tile splits every split but the last loads its tile early; with 16 splits of four
-    tiles the last split loads three early and the new slot's after. Each stale input is checked
-    to change the output, so a kernel that read it early could not pass."""
-    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
-
-    module = candidate_module(task, GLUON)
-    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
-    q, k, v = task.make_inputs(shape, 7, "cuda")
-
-    def without_the_new_slot(t: torch.Tensor) -> torch.Tensor:
-        if t.dim() != 4:
-            return torch.zeros_like(t)
-        old = t.clone()
-        old[:, :, -1] = 0
-        return old
-
-    def run(q, k, v):
-        return module.kernel(q, k, v, split_tokens=split_tokens, early_history=True)
-
-    want = run(q, k, v)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(
-        want.double(), task.reference(q.double(), k.double(), v.double()), atol=2e-2, rtol=2e-2
-    )
-    for i in range(3):
-        stale = [q, k, v]
-        stale[i] = without_the_new_slot(stale[i])
-        assert not torch.equal(run(*stale), want), f"input {i}: its stale copy changes nothing"
-    assert_waits_for_late_inputs(run, (q, k, v), want, stale=without_the_new_slot, exact=True)
