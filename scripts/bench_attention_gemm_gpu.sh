@@ -4,13 +4,14 @@
 # then a few configs each against one peer in a single worker. One JSON per call goes into DIR
 # (stderr beside it in .err), and a summary is printed last. NO_SWEEP=1 skips the config sweeps.
 #
-#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1] [gqa_b1short]
-#       [gqa_fold] [gqa_early] [gqa_gluon] [gqa_b1gluon] [mla_decode] [mla_b1] [mla_gluon] [mla_rows]
-#       [prefill_attention] [prefill_desc] [prefill_gluon] [prefill_mla] [fp8_gemm]
+#   scripts/bench_attention_gemm_gpu.sh DIR [skinny_gemm] [cupy] [gqa_decode] [gqa_b1]
+#       [gqa_b1short] [gqa_fold] [gqa_early] [gqa_gluon] [gqa_b1gluon] [mla_decode] [mla_b1]
+#       [mla_gluon] [mla_rows] [prefill_attention] [prefill_desc] [prefill_gluon] [prefill_mla]
+#       [fp8_gemm]
 #
 # No stage named: all but gqa_b1, gqa_b1short, gqa_fold, gqa_early, gqa_gluon, gqa_b1gluon, mla_b1,
-# mla_gluon, mla_rows, prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an H200; split
-# across calls if needed).
+# mla_gluon, mla_rows, prefill_desc, prefill_gluon and prefill_mla (estimated 5-7 minutes on an
+# H200; split across calls if needed).
 # With .whl/ present, the wheels are installed into /tmp/site first (as scripts/gpu-check.sh
 # does). PER_CALL_S (default 300) caps each call: a 7-shape bench against torch.compile outran
 # 150 s on the H200.
@@ -43,7 +44,8 @@ bench() {
 
 # sweep TASK CANDIDATE TAG PEER SHAPES(comma-separated) PARAMS...: every config in one worker,
 # timed interleaved with the peer (one process start instead of one per config). A config
-# written FILE{...} is another candidate file of the task's (candidates against each other).
+# written FILE{...} is another candidate file of the task's (candidates against each other); its
+# verdict's label is FILE:cfgN, and bench_best leaves it out.
 sweep() {
     local task=$1 cand=$2 tag=$3 peer=$4 shapes=$5
     shift 5
@@ -59,9 +61,12 @@ task_name, cand, peer, shapes, *configs = sys.argv[1:]
 task = load_task(task_name)
 specs = []
 for i, c in enumerate(configs):
-    brace = c.index("{")
-    path = task.folder / (c[:brace] or cand)
-    specs.append(CandidateSpec(path, json.loads(c[brace:]), f"cfg{i}"))
+    brace = c.find("{")
+    if brace < 0:
+        sys.exit(f"sweep config {c!r} is neither {{...}} nor FILE{{...}}")
+    other = c[:brace]  # another candidate file: its label names it (sweep_best skips it)
+    label = f"{other}:cfg{i}" if other else f"cfg{i}"
+    specs.append(CandidateSpec(task.folder / (other or cand), json.loads(c[brace:]), label))
 device = os.environ.get("DEVICE", "cuda")
 ev = evaluate(task, specs, device, time_it=True, peers=[peer], shapes=shapes.split(","))
 print(json.dumps({"task": task.name, "sweep": True, "seconds": ev.seconds,
@@ -397,7 +402,8 @@ def sweep_summary(path, data, task, shapes):
                 gbs = task.bytes_moved(shapes[name]) / t / 1e12
                 tf = task.flops(shapes[name]) / t / 1e12
                 cells.append(f"{name} {t * 1e6:.1f}us {gbs:.2f}TB/s {tf:.0f}TF x{(p or 0) / t:.3f}")
-        print(f"   {json.dumps(v['params'])} {v['verdict']} {bad or ''}")
+        other = v["label"].rpartition(":")[0]  # a config of another candidate file
+        print(f"   {other + ' ' if other else ''}{json.dumps(v['params'])} {v['verdict']} {bad or ''}")
         for c in cells:
             print(f"      {c}")
 

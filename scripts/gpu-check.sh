@@ -23,7 +23,9 @@
 #             dispatch tables in E2E_DISPATCH, else those of an earlier dispatch, fullrun or run
 #             stage in the same call; E2E_ARGS, e.g. "--sizes decode:1:4096 --profile")
 #   e2e2..e2e9  the same again into e2eN.json, with E2EN_DISPATCH (default as e2e's), E2EN_KINDS
-#             and E2EN_ARGS (an A/B of two tables, or of --inductor-pdl, in one call)
+#             and E2EN_ARGS (an A/B of two tables, or of --inductor-pdl, in one call); with
+#             E2E_DISPATCH set, only a folder named in E2EN_DISPATCH replaces it (tables built in
+#             this call are for the e2e stage)
 #   profile   ncu's key counters of the Triton RMSNorm (a recorded fixture for the brief's parser)
 #   profile-kernels  scripts/profile_candidate_gpu.sh once per line of PROFILES, "TASK CANDIDATE
 #             SHAPE KERNEL_REGEX [CONFIG_JSON]": ncu sections and stalls per SASS instruction

@@ -14,12 +14,14 @@ from pathlib import Path
 
 
 def best_params(sweep: dict, shape: str) -> dict:
-    """The params of the accepted candidate with the least median block time at `shape`;
+    """The params of the accepted candidate with the least median block time at `shape` (the
+    sweep's own file's: a config of another candidate file, labelled FILE:cfgN, is left out);
     ValueError where no accepted candidate was timed there."""
     timed = [
         (statistics.median(v["shapes"][shape]["blocks_s"]), v["params"])
         for v in sweep.get("verdicts", [])
         if v.get("kind") == "candidate"
+        and ":" not in v.get("label", "")
         and v.get("verdict") == "accepted"
         and (v.get("shapes", {}).get(shape) or {}).get("blocks_s")
     ]

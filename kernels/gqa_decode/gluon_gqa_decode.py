@@ -25,9 +25,10 @@ overlap (one stream, as torch runs them).
 Launched with programmatic dependent launch: both partitions wait (griddepcontrol.wait) for the
 kernel before this one before touching global memory, and the loader then lets the next kernel
 launch. With `early_history` the loader first asks for the tiles that fill its ring, before its
-wait, but not the cache's last tile: right where the kernel before writes no slot of the cache
-but the last (the new token's, as an append-then-attend step does), as the Triton candidate's
-`early_history`. The queries are always read after the wait.
+wait, but not the cache's last tile, as the Triton candidate's `early_history`: right where the
+kernel before writes no slot of the cache but the last (the new token's, as an append-then-attend
+step does) and lets this one launch only after its own wait (else a kernel further back may
+still be writing). The queries are always read after the wait.
 
 Measured on H100s only (sessions 41-42; no table has it): against sdpa-gqa (cuDNN) 1.002-1.006x
 at b16-kv8192 and b64-kv2048, both streaming the two caches at about 3.0 TB/s, and 1.000x in the

@@ -39,8 +39,10 @@ def _shell_plans(text: str) -> list[tuple[str, str, list[str], list[dict]]]:
             others = [c for c in configs if not c.startswith(("{", "$"))]
             configs = [c for c in configs if c not in others]
             for c in others:
-                brace = c.index("{")
-                plans.append((args[0], c[:brace], args[4].split(","), [json.loads(c[brace:])]))
+                file, brace, params = c.partition("{")
+                assert brace, f"{args[0]} {args[1]}: config {c!r} is not {{...}} nor FILE{{...}}"
+                listed = [s for s in shapes if not s.startswith("$")]
+                plans.append((args[0], file, listed, [json.loads(brace + params)]))
         shapes = [s for s in shapes if not s.startswith("$")]
         configs = [json.loads(c) for c in configs if not c.startswith("$")]
         plans.append((args[0], args[1], shapes, configs))
@@ -83,7 +85,7 @@ def test_every_shell_plan_names_shapes_and_parameters_its_task_has() -> None:
 
 def test_a_value_outside_params_or_an_unknown_shape_is_reported() -> None:
     script = """
-        sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b2-kv7 \\
+        sweep mla_decode triton_mla_decode.py sweep eager b1-kv131072,b2-kv7,"$more" \\
             '{"block_h":64}' \\
             '{"block_h":128,"block_n":64}' 'gluon_mla_decode.py{"block_n":48}'
     """

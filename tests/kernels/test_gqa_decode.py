@@ -328,7 +328,7 @@ def test_the_triton_candidate_waits_for_the_kernel_that_writes_q_and_the_cache(
     [
         ("triton_gqa_decode.py", {"block_n": 64, "split_tokens": 64}),
         (GLUON, {"split_tokens": 64}),
-        (GLUON, {"split_tokens": 0}),
+        (GLUON, {"split_tokens": 0, "num_stages": 4}),
     ],
 )
 def test_early_history_waits_for_q_and_the_new_slot(task, candidate, params) -> None:
@@ -338,8 +338,9 @@ def test_early_history_waits_for_q_and_the_new_slot(task, candidate, params) -> 
     (and a copy that does not wait sees the old last slot). With one-tile splits of 64 tokens
     the new slot sits in the last split's tile (the Triton kernel's early tile; the Gluon
     kernel's every split but the last loads early); with the Gluon kernel's 16 splits of four
-    tiles the last split loads three early and the new slot's after. Each stale input is checked
-    to change the output, so a kernel that read it early could not pass."""
+    tiles and a ring of four, every split but the last loads its whole share early, and the last
+    three tiles and the new slot's after. Each stale input is checked to change the output, so a
+    kernel that read it early could not pass."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
     module = candidate_module(task, candidate)
@@ -616,30 +617,33 @@ def _gluon_build(
 
 
 @pytest.mark.parametrize(
-    "block_n, stages, split, merge_rows",
+    "block_n, stages, split, merge_rows, early",
     [
-        (32, 8, False, 4),
-        (64, 3, False, 4),
-        (64, 4, True, 4),
-        (64, 6, False, 4),
-        (128, 3, True, 4),
-        (128, 3, True, 32),
-        (64, 3, True, 8),
+        (32, 8, False, 4, False),
+        (64, 3, False, 4, False),
+        (64, 4, True, 4, False),
+        (64, 6, False, 4, False),
+        (128, 3, True, 4, False),
+        (128, 3, True, 32, False),
+        (64, 3, True, 8, False),
+        (64, 3, True, 4, True),
+        (32, 8, False, 4, True),
+        (128, 3, True, 4, True),
     ],
 )
 def test_the_gluon_candidate_builds_for_sm90_within_an_sms_shared_memory(
-    task, block_n, stages, split, merge_rows
+    task, block_n, stages, split, merge_rows, early
 ) -> None:
     """Compiled for sm_90 (no GPU needed): every swept configuration, with splits and without,
     fits an SM's shared memory as shared_bytes counts it, spills nothing, gives the loader warp
     a 24-register budget, and keeps the products on wgmma; with splits, the merge's count is
     one acq_rel atomic after a barrier, and its blocks of splits (16 splits of 4 rows, 8 of 8, 2
-    of 32) spill nothing either."""
+    of 32) spill nothing either; so with early_history."""
     pytest.importorskip("triton")
     from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
 
     module = candidate_module(task, GLUON)
-    compiled = _gluon_build(module, block_n, stages, split, merge_rows)
+    compiled = _gluon_build(module, block_n, stages, split, merge_rows, early)
     row = sm90_resources(compiled)
     assert row["spill_bytes"] == 0
     assert 0 < row["shared_bytes"] <= module.shared_bytes(block_n, stages) <= module.SHARED_BYTES
@@ -664,17 +668,23 @@ def test_the_gluon_candidate_waits_for_the_kernel_before_it_in_both_partitions(t
 def test_gluon_early_history_asks_for_k_and_v_before_the_wait_but_never_q(task) -> None:
     """Compiled for sm_90 with early_history: the loader warp's only memory ops before its wait
     are one loop's K and V copies (two 64-column chunks of each: the tiles that fill the ring,
-    which of them the kernel decides at run time), never the queries', whose two copies follow
-    the wait and the trigger; the warpgroup still waits before touching memory."""
+    which of them the kernel decides at run time), never the queries' (told apart by their
+    64-row block; the tiles here are 32 keys), whose two copies follow the wait and the trigger;
+    the warpgroup still waits before touching memory."""
     pytest.importorskip("triton")
-    ttgir = _gluon_build(candidate_module(task, GLUON), 64, 3, True, early=True).asm["ttgir"]
+    ttgir = _gluon_build(candidate_module(task, GLUON), 32, 3, True, early=True).asm["ttgir"]
     assert_partitions_wait_before_memory(ttgir, 2, early_copies=4)
     loader = ttgir[ttgir.index("partition0(") :]
-    queries = re.match(r"partition0\((%arg\d+):", loader).group(1)  # _loader's first argument
     before, _, after = loader.partition("griddepcontrol.wait")
-    copies = [line for line in after.splitlines() if "async_tma_copy_global_to_local" in line]
-    assert f"{queries}[" not in before
-    assert [f" {queries}[" in line for line in copies] == [True] * 2 + [False] * 4
+
+    def copied(text: str) -> list[str]:
+        """The block shape of each TMA copy: the queries' 64x64, the K and V tiles' 32x64."""
+        copies = [line for line in text.splitlines() if "async_tma_copy_global_to_local" in line]
+        # Triton 3.9 prints !tt.tensordesc<64x64xbf16, ...>, 3.6 !tt.tensordesc<tensor<64x64x...
+        return [re.search(r"tensordesc<(?:tensor<)?(\d+x\d+)x", line).group(1) for line in copies]
+
+    assert copied(before) == ["32x64"] * 4
+    assert copied(after) == ["64x64"] * 2 + ["32x64"] * 4
 
 
 # What the task's GPU shapes (bf16, 32 query heads on 8, 128-dim) leave out: fp16, groups of 1,
@@ -703,7 +713,7 @@ cases = [
     # time, 20 splits 2 at a time
     (1, 32, 8, 64 * 70, torch.bfloat16, {"split_tokens": 128}),
     (1, 64, 1, 64 * 40, torch.float16, {"split_tokens": 128}),
-    # early_history: ring-filling tiles before the wait, none where a split is one tile
+    # early_history: ring-filling tiles before the wait (one-tile splits: all but the last)
     (1, 32, 8, 4096, torch.bfloat16, {"early_history": True}),
     (2, 32, 8, 640, torch.bfloat16, {"block_n": 32, "split_tokens": 32, "early_history": True}),
     (3, 32, 8, 1024, torch.float16, {"num_stages": 6, "early_history": True}),

@@ -55,3 +55,17 @@ def test_a_shape_nobody_was_timed_at_or_a_broken_file_is_an_error(tmp_path, caps
     assert script.main([str(path), "s4k"]) == 1
     assert "sweep.json" in capsys.readouterr().err
     assert script.main([str(path)]) == 2
+
+
+def test_a_config_of_another_candidate_file_never_wins(tmp_path, capsys) -> None:
+    """A sweep config written FILE{...} (labelled FILE:cfgN) is another candidate's: its
+    parameters would not fit the sweep's own file, so it is left out even where fastest."""
+    script = import_file(ROOT / "scripts" / "sweep_best.py")
+    other = _verdict({"merge": "fold"}, "accepted", s4k=[0.2, 0.2, 0.2])
+    other["label"] = "triton_gqa_decode.py:cfg3"
+    own = _verdict({"a": 4}, "accepted", s4k=[2.0, 2.0, 2.0])
+    own["label"] = "cfg4"
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({**SWEEP, "verdicts": [*SWEEP["verdicts"], other, own]}))
+    assert script.main([str(path), "s4k"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"a": 4}
