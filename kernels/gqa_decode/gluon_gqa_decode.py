@@ -87,6 +87,15 @@ def _gdc_wait():
 
 
 @gluon.jit
+def _gdc_launch_dependents():
+    """griddepcontrol.launch_dependents: the next kernel may launch (it still waits for this one
+    before reading what this one writes)."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
 def _load_tile(k_desc, v_desc, k_smem, v_smem, ready, free, kv_row, j, BLOCK_N: gl.constexpr,
                STAGES: gl.constexpr):  # fmt: skip
     """Tile j's K and V into its ring buffer, once the warpgroup has given the buffer back (a
@@ -114,9 +123,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, 
         for j in range(early):
             _load_tile(k_desc, v_desc, k_smem, v_smem, ready, free, kv_row, j, BLOCK_N, STAGES)
     _gdc_wait()
-    gl.inline_asm_elementwise(
-        "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-    )
+    _gdc_launch_dependents()
     mbarrier.expect(q_bar, CHUNKS * q_desc.block_type.nbytes)
     for c in gl.static_range(CHUNKS):
         tma_load(q_desc, [q_row, c * CHUNK], q_bar, q_smem.index(c))
@@ -136,8 +143,7 @@ def _scores(q_smem, k_smem, base, s_zero):
 @gluon.jit
 def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_ptr, count_ptr,
             out_row, group, unit, split, n_splits, n_tiles, scale_log2, BLOCK_N: gl.constexpr,
-            STAGES: gl.constexpr, SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr,
-            MERGE_S: gl.constexpr):  # fmt: skip
+            STAGES: gl.constexpr, SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr):  # fmt: skip
     """One warpgroup, software-pipelined: tile j's scores and tile j - 1's P V are issued
     together, and tile j's softmax runs while P V is on the tensor cores (the output is rescaled
     by a tile's factor one tile late, before that tile's P V is added); each buffer is given back
@@ -201,7 +207,7 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_p
         arrived = gl.atomic_add(count_ptr + unit, 1, sem="acq_rel", scope="gpu")
         if arrived == n_splits - 1:
             gl.store(count_ptr + unit, 0)  # every split has counted: ready for the next call
-            _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROWS, MERGE_S)
+            _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROWS)
     else:
         ptrs = out_ptr + gl.expand_dims((out_row + rows).to(gl.int64) * (CHUNKS * CHUNK), 1)
         ptrs = ptrs + gl.expand_dims(cols, 0)
@@ -210,13 +216,14 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_p
 
 
 @gluon.jit
-def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROWS: gl.constexpr,
-           MERGE_S: gl.constexpr):  # fmt: skip
+def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group,
+           MERGE_ROWS: gl.constexpr):  # fmt: skip
     """A pair's splits, weighted by their log2-sum-exp, into the group's rows of the output,
-    `MERGE_ROWS` rows at a time: `MERGE_S` splits' partials and weights are loaded at once (one
-    round trip for up to 16 splits of a 4-head group), with a running maximum across blocks of
-    splits."""
+    `MERGE_ROWS` rows at a time: as many splits' partials and weights as make 64 values a
+    thread are loaded at once (one round trip for up to 16 splits of a 4-head group), with a
+    running maximum across blocks of splits."""
     cells: gl.constexpr = MERGE_ROWS * CHUNKS * CHUNK  # rows one after the other
+    MERGE_S: gl.constexpr = 64 // MERGE_ROWS  # splits a load
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 4], [1, 0])
     cell_layout: gl.constexpr = gl.SliceLayout(0, layout)
     sp = gl.arange(0, MERGE_S, layout=gl.SliceLayout(1, layout))
@@ -248,7 +255,7 @@ def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group, MERGE_ROW
 def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q_heads,
                 kv_heads, kv_len, tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
                 STAGES: gl.constexpr, SPLIT: gl.constexpr, MERGE_ROWS: gl.constexpr,
-                MERGE_S: gl.constexpr, EARLY: gl.constexpr):  # fmt: skip
+                EARLY: gl.constexpr):  # fmt: skip
     unit = gl.program_id(0)  # sequence * kv_heads + KV head
     split = gl.program_id(1)
     n_splits = gl.num_programs(1)
@@ -276,7 +283,7 @@ def _gqa_kernel(q_desc, k_desc, v_desc, out_ptr, part_ptr, lse_ptr, count_ptr, q
         [
             (_attend, (q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_ptr,
                        count_ptr, q_row, group, unit, split, n_splits, n_tiles, scale_log2,
-                       BLOCK_N, STAGES, SPLIT, MERGE_ROWS, MERGE_S)),
+                       BLOCK_N, STAGES, SPLIT, MERGE_ROWS)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, free, q_row,
                        kv_row, n_tiles, (split == n_splits - 1).to(gl.int32), BLOCK_N, STAGES,
                        EARLY)),
@@ -395,13 +402,12 @@ def kernel(
         counts = _arrival_counts(pairs, q.device)
     else:
         parts = lse = counts = out  # not read
-    # The merge's rows a pass (at least 4: its layout spans 512 cells) and splits a load (64
-    # values a thread of each).
+    # The merge's rows a pass (at least 4: its layout spans 512 cells).
     merge_rows = min(32, max(4, triton.next_power_of_2(hq // hkv)))
     with torch.cuda.device(q.device):
         _gqa_kernel[(pairs, splits)](
             *descs, out, parts, lse, counts, hq, hkv, n, per, LOG2E / math.sqrt(d),
             BLOCK_N=block_n, STAGES=num_stages, SPLIT=splits > 1, MERGE_ROWS=merge_rows,
-            MERGE_S=64 // merge_rows, EARLY=bool(early_history), num_warps=4, launch_pdl=True,
+            EARLY=bool(early_history), num_warps=4, launch_pdl=True,
         )  # fmt: skip
     return out

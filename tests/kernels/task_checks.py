@@ -529,6 +529,18 @@ def run_interpreted(script: str, *args: str) -> str:
     return done.stdout
 
 
+def assert_within_tolerance(
+    task: Task, got: torch.Tensor, want: torch.Tensor, dtype, *case
+) -> None:
+    """`got` within the task's relative tolerance for `dtype` of the reference `want` (the norm of
+    the difference over the reference's), as the GPU child scripts check their cases; prints
+    the case and its error first (their progress)."""
+    err = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+    tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
+    print(*case, f"{err:.2e}", flush=True)
+    assert err < tol, (err, tol)
+
+
 def run_in_child(script: str, timeout: float = 240) -> None:
     """Run `script` in a fresh Python from the checkout's root, failing the test where it exits
     non-zero or outlives `timeout` seconds (a GPU kernel that hangs fails, not the whole run)."""

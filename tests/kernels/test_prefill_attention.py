@@ -188,7 +188,7 @@ def test_gluon_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
 GLUON_PATHS = """
 import torch
 from loop.tasks import load_task
-from tests.kernels.task_checks import candidate_module
+from tests.kernels.task_checks import assert_within_tolerance, candidate_module
 
 task = load_task("prefill_attention")
 module = candidate_module(task, "gluon_prefill_attention.py")
@@ -209,10 +209,7 @@ for b, h, q_len, kv_len, d, dtype, params in cases:
     )
     got = module.kernel(q, k, v, **params).double()
     want = task.reference(q.double(), k.double(), v.double())
-    err = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
-    tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
-    print(b, h, q_len, kv_len, d, dtype, params, f"{err:.2e}", flush=True)
-    assert err < tol, (err, tol)
+    assert_within_tolerance(task, got, want, dtype, b, h, q_len, kv_len, d, dtype, params)
 """
 
 
