@@ -219,36 +219,41 @@ def _attend(q_smem, k_smem, v_smem, q_bar, ready, free, out_ptr, part_ptr, lse_p
 def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group,
            MERGE_ROWS: gl.constexpr):  # fmt: skip
     """A pair's splits, weighted by their log2-sum-exp, into the group's rows of the output,
-    `MERGE_ROWS` rows at a time: as many splits' partials and weights as make 64 values a
-    thread are loaded at once (one round trip for up to 16 splits of a 4-head group), with a
-    running maximum across blocks of splits."""
-    cells: gl.constexpr = MERGE_ROWS * CHUNKS * CHUNK  # rows one after the other
+    `MERGE_ROWS` rows at a time: as many splits' partials as make 64 values a thread are loaded
+    at once (one round trip for up to 16 splits of a 4-head group), with a running maximum
+    across blocks of splits. A warp takes whole rows, so a split's weight for a row is loaded
+    and exponentiated once a thread, not once a column."""
+    dims: gl.constexpr = CHUNKS * CHUNK
     MERGE_S: gl.constexpr = 64 // MERGE_ROWS  # splits a load
-    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 4], [1, 0])
-    cell_layout: gl.constexpr = gl.SliceLayout(0, layout)
-    sp = gl.arange(0, MERGE_S, layout=gl.SliceLayout(1, layout))
+    layout: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 1, 32], [1, 4, 1], [2, 1, 0])
+    weights: gl.constexpr = gl.SliceLayout(2, layout)  # splits x rows
+    sp = gl.arange(0, MERGE_S, layout=gl.SliceLayout(1, weights))
+    rr = gl.arange(0, MERGE_ROWS, layout=gl.SliceLayout(0, weights))
+    col = gl.arange(0, dims, layout=gl.SliceLayout(0, gl.SliceLayout(0, layout)))
+    col = gl.expand_dims(gl.expand_dims(col, 0), 0)
     for r0 in range(0, group, MERGE_ROWS):
-        cell = r0 * (CHUNKS * CHUNK) + gl.arange(0, cells, layout=cell_layout)
-        row = cell // (CHUNKS * CHUNK)
-        ok = gl.expand_dims(row < group, 0)
-        m = gl.full([cells], float("-inf"), gl.float32, cell_layout)
-        den = gl.zeros([cells], gl.float32, cell_layout)
-        acc = gl.zeros([cells], gl.float32, cell_layout)
+        row = gl.expand_dims(r0 + rr, 0)  # 1 x rows
+        cell = gl.expand_dims(row * dims, 2) + col  # 1 x rows x dims
+        ok = row < group
+        m = gl.full([1, MERGE_ROWS, 1], float("-inf"), gl.float32, layout)
+        den = gl.zeros([1, MERGE_ROWS, 1], gl.float32, layout)
+        acc = gl.zeros([1, MERGE_ROWS, dims], gl.float32, layout)
         for s0 in range(0, n_splits, MERGE_S):
-            at = unit * n_splits + s0 + sp
-            live = gl.expand_dims(s0 + sp < n_splits, 1) & ok
-            lse = gl.load(lse_ptr + gl.expand_dims(at * ROWS, 1) + gl.expand_dims(row, 0),
-                          mask=live, other=float("-inf"))  # fmt: skip
-            parts = part_ptr + gl.expand_dims(at.to(gl.int64) * (ROWS * CHUNKS * CHUNK), 1)
-            o = gl.load(parts + gl.expand_dims(cell, 0), mask=live, other=0.0)
-            m_new = gl.maximum(m, gl.max(lse, axis=0))
+            at = gl.expand_dims(unit * n_splits + s0 + sp, 1)  # splits x 1
+            live = (s0 + gl.expand_dims(sp, 1) < n_splits) & ok
+            lse = gl.load(lse_ptr + at * ROWS + row, mask=live, other=float("-inf"))
+            lse = gl.expand_dims(lse, 2)
+            parts = part_ptr + gl.expand_dims(at.to(gl.int64) * (ROWS * dims), 2)
+            o = gl.load(parts + cell, mask=gl.expand_dims(live, 2), other=0.0)
+            m_new = gl.maximum(m, gl.max(lse, axis=0, keep_dims=True))
             keep = gl.exp2(m - m_new)
-            w = gl.exp2(lse - gl.expand_dims(m_new, 0))
-            acc = acc * keep + gl.sum(w * o, axis=0)
-            den = den * keep + gl.sum(w, axis=0)
+            w = gl.exp2(lse - m_new)
+            acc = acc * keep + gl.sum(w * o, axis=0, keep_dims=True)
+            den = den * keep + gl.sum(w, axis=0, keep_dims=True)
             m = m_new
         out = (acc / den).to(out_ptr.dtype.element_ty)
-        gl.store(out_ptr + out_row.to(gl.int64) * (CHUNKS * CHUNK) + cell, out, mask=row < group)
+        mask = gl.expand_dims(ok, 2) & (col < dims)
+        gl.store(out_ptr + out_row.to(gl.int64) * dims + cell, out, mask=mask)
 
 
 @gluon.jit
