@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine: install the carried wheels (.whl/, git-ignored) into a temporary target,
-# put the checkout on PYTHONPATH, then run the stages named on the command line:
+# On the GPU machine: install the carried wheels (WHL_DIR, default .whl/, git-ignored) into a
+# temporary target, put the checkout on PYTHONPATH, then run the stages named on the command
+# line (the GPU stages import only jsonschema and its three dependencies from the wheels; a
+# folder of those four keeps the carried tree small):
 #   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,
 #           which may hold spaces, e.g. TESTS_K="gluon or fold")
 #   bench   tuned Triton RMSNorm against its peers at the large shapes

@@ -1,15 +1,16 @@
 """Where a kernel's time goes, from the per-instruction CSV of scripts/profile_candidate_gpu.sh
-(ncu --page source --print-source sass): the warp-state samples summed by reason (stalls, and
+(ncu --page source --print-source sass), gzipped or not: the warp-state samples summed by reason (stalls, and
 `selected`: a warp issuing), then the instructions with the most samples, each with its two
 largest reasons.
 
-    python scripts/ncu_sass_summary.py FILE.csv [--top N]
+    python scripts/ncu_sass_summary.py FILE.csv.gz [--top N]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The instruction rows of the CSV (ncu prints its own lines before the header)."""
-    lines = path.read_text().splitlines()
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
     if start is None:
         raise ValueError(f'{path}: no per-instruction table (no line starting with "Address")')

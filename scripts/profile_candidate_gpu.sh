@@ -4,7 +4,8 @@
 # occupancy and launch, then the warp-stall samples of each SASS instruction (where the kernel's
 # time goes, instruction by instruction). The candidate runs on the task's own inputs, three
 # times; the third launch of a kernel matching KERNEL_REGEX is profiled. Never changes clocks
-# (--clock-control none). Writes OUT_DIR/ncu-TASK-SHAPE-STEM-HASH-KERNEL.txt and ...-sass.csv,
+# (--clock-control none). Writes OUT_DIR/ncu-TASK-SHAPE-STEM-HASH-KERNEL.txt and ...-sass.csv.gz
+# (gzipped: a megabyte or more as text; scripts/ncu_sass_summary.py reads either form),
 # STEM the candidate file's stem, HASH the first 8 hex digits of CONFIG_JSON's md5 and KERNEL
 # the regex's letters, digits and underscores (so two configurations, or two kernels of one
 # configuration, at one shape keep their own reports).
@@ -46,5 +47,7 @@ ncu "${common[@]}" --print-units base --section SpeedOfLight --section ComputeWo
     python3 "$driver" "$task" "$candidate" "$shape" "$config" >"$out/ncu-$name.txt"
 ncu "${common[@]}" --section SourceCounters --csv --page source --print-source sass \
     python3 "$driver" "$task" "$candidate" "$shape" "$config" >"$out/ncu-$name-sass.csv"
+lines=$(wc -l <"$out/ncu-$name-sass.csv")
+gzip -9 -n -f "$out/ncu-$name-sass.csv"
 echo "wrote $out/ncu-$name.txt ($(wc -l <"$out/ncu-$name.txt") lines)," \
-    "$out/ncu-$name-sass.csv ($(wc -l <"$out/ncu-$name-sass.csv") lines)"
+    "$out/ncu-$name-sass.csv.gz ($lines lines)"
