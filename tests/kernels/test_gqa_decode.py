@@ -626,6 +626,7 @@ def _gluon_build(
         (128, 3, True, 4, False),
         (128, 3, True, 32, False),
         (64, 3, True, 8, False),
+        (64, 3, True, 16, False),
         (64, 3, True, 4, True),
         (32, 8, False, 4, True),
         (128, 3, True, 4, True),
@@ -637,8 +638,8 @@ def test_the_gluon_candidate_builds_for_sm90_within_an_sms_shared_memory(
     """Compiled for sm_90 (no GPU needed): every swept configuration, with splits and without,
     fits an SM's shared memory as shared_bytes counts it, spills nothing, gives the loader warp
     a 24-register budget, and keeps the products on wgmma; with splits, the merge's count is
-    one acq_rel atomic after a barrier, and its blocks of splits (16 splits of 4 rows, 8 of 8, 2
-    of 32) spill nothing either; so with early_history."""
+    one acq_rel atomic after a barrier, and its blocks of splits (16 splits of 4 rows, 8 of 8, 4 of
+    16, 2 of 32) spill nothing either; so with early_history."""
     pytest.importorskip("triton")
     from tests.kernels.task_checks import setmaxnreg_budgets, sm90_resources
 
@@ -710,9 +711,10 @@ cases = [
     (1, 8, 8, 640, torch.bfloat16, {"block_n": 32, "num_stages": 2, "split_tokens": 32}),
     (3, 32, 8, 2048, torch.bfloat16, {"split_tokens": 2048}),
     # merged in blocks: 35 splits 16 at a time (the last block short); 64 heads 32 rows at a
-    # time, 20 splits 2 at a time
+    # time, 20 splits 2 at a time; 16 heads in one pass, 40 splits 4 at a time
     (1, 32, 8, 64 * 70, torch.bfloat16, {"split_tokens": 128}),
     (1, 64, 1, 64 * 40, torch.float16, {"split_tokens": 128}),
+    (1, 16, 1, 64 * 40, torch.bfloat16, {"split_tokens": 128}),
     # early_history: ring-filling tiles before the wait (one-tile splits: all but the last)
     (1, 32, 8, 4096, torch.bfloat16, {"early_history": True}),
     (2, 32, 8, 640, torch.bfloat16, {"block_n": 32, "split_tokens": 32, "early_history": True}),
