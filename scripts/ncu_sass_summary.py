@@ -1,7 +1,7 @@
 """Where a kernel's time goes, from the per-instruction CSV of scripts/profile_candidate_gpu.sh
-(ncu --page source --print-source sass), gzipped or not: the warp-state samples summed by reason (stalls, and
-`selected`: a warp issuing), then the instructions with the most samples, each with its two
-largest reasons.
+(ncu --page source --print-source sass; gzipped, as that script writes it, or not): the
+warp-state samples summed by reason (stalls, and `selected`: a warp issuing), then the
+instructions with the most samples, each with its two largest reasons.
 
     python scripts/ncu_sass_summary.py FILE.csv.gz [--top N]
 """

@@ -253,7 +253,7 @@ def _merge(part_ptr, lse_ptr, out_ptr, unit, n_splits, out_row, group,
             den = den * keep + gl.sum(w, axis=0, keep_dims=True)
             m = m_new
         out = (acc / den).to(out_ptr.dtype.element_ty)
-        mask = gl.expand_dims(ok, 2) & (col < dims)
+        mask = gl.expand_dims(ok, 2) & (col < dims)  # col < dims: all true, the tile's shape
         gl.store(out_ptr + out_row.to(gl.int64) * dims + cell, out, mask=mask)
 
 
