@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: install the carried wheels (WHL_DIR, default .whl/, git-ignored) into a
 # temporary target, put the checkout on PYTHONPATH, then run the stages named on the command
-# line (the GPU stages import only jsonschema and its three dependencies from the wheels; a
-# folder of those four keeps the carried tree small):
+# line. A folder of jsonschema and its three dependencies keeps the carried tree small and is
+# enough for e2e, gemmattn, profile-kernels and the kernel tests; memtasks, run, fullrun and
+# search import optuna (and its SQL stack) too:
 #   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,
 #           which may hold spaces, e.g. TESTS_K="gluon or fold")
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
