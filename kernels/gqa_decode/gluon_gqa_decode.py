@@ -408,7 +408,7 @@ def kernel(
         counts = _arrival_counts(pairs, q.device)
     else:
         parts = lse = counts = out  # not read
-    # The merge's rows a pass (at least 4: its layout spans 512 cells).
+    # The merge's rows a pass (at least 4: its four warps take a row each).
     merge_rows = min(32, max(4, triton.next_power_of_2(hq // hkv)))
     with torch.cuda.device(q.device):
         _gqa_kernel[(pairs, splits)](

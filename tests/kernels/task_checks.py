@@ -396,6 +396,16 @@ def hopper_build(
 GLOBAL_OPS = ("tt.load", "tt.store", "async_tma_copy_global_to_local", "tt.atomic")
 
 
+def ttgir_partitions(ttgir: str) -> list[list[str]]:
+    """A warp-specialized Gluon kernel's TTGIR cut into its partitions' lines (the default one
+    first, then each worker's in order; the last runs to the end of the text)."""
+    lines = ttgir.splitlines()
+    starts = [
+        i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
+    ]
+    return [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+
+
 def assert_partitions_wait_before_memory(
     ttgir: str, partitions: int, early_copies: int = 0
 ) -> None:
@@ -405,12 +415,8 @@ def assert_partitions_wait_before_memory(
     each, griddepcontrol.wait comes before its first global load, store, atomic or TMA copy, but
     for the loader's first `early_copies` TMA copies (data the kernel before does not write);
     the one launch_dependents is the loader's, after its wait and before its next TMA copy."""
-    lines = ttgir.splitlines()
-    starts = [
-        i for i, line in enumerate(lines) if line.strip().startswith(("default {", "partition"))
-    ]
-    assert len(starts) == partitions, f"expected {partitions} partitions, found {len(starts)}"
-    regions = [lines[a:b] for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+    regions = ttgir_partitions(ttgir)
+    assert len(regions) == partitions, f"expected {partitions} partitions, found {len(regions)}"
 
     def first(region: list[str], *needles: str) -> int:
         return next((i for i, s in enumerate(region) if any(n in s for n in needles)), len(region))
@@ -536,7 +542,7 @@ def assert_within_tolerance(
     the difference over the reference's), as the GPU child scripts check their cases; prints
     the case and its error first (their progress)."""
     err = float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
-    tol = task.module.TOLERANCE[str(dtype).removeprefix("torch.")]
+    tol = task.tolerance(str(dtype).removeprefix("torch."))
     print(*case, f"{err:.2e}", flush=True)
     assert err < tol, (err, tol)
 

@@ -21,6 +21,7 @@ from tests.kernels.task_checks import (
     hopper_ptx,
     run_in_child,
     run_interpreted,
+    ttgir_partitions,
 )
 
 TRITON_PARAMS = {"block_n": 16, "split_tokens": 32, "num_stages": 1}
@@ -675,7 +676,7 @@ def test_gluon_early_history_asks_for_k_and_v_before_the_wait_but_never_q(task) 
     pytest.importorskip("triton")
     ttgir = _gluon_build(candidate_module(task, GLUON), 32, 3, True, early=True).asm["ttgir"]
     assert_partitions_wait_before_memory(ttgir, 2, early_copies=4)
-    loader = ttgir[ttgir.index("partition0(") :]
+    loader = "\n".join(ttgir_partitions(ttgir)[-1])
     before, _, after = loader.partition("griddepcontrol.wait")
 
     def copied(text: str) -> list[str]:
