@@ -16,7 +16,10 @@ kernel does.
 Launched with programmatic dependent launch: the loader asks for the ring's first W tiles, which
 nothing earlier in the stream writes, before griddepcontrol.wait, and for x only after it; r is
 read and anything written only after the wait. The kernel after this one may launch right after
-the wait, or with `late_dependents` only once the products end. `programs_per_sm` caps a
+the wait, or with `late_dependents` only once the products end. `residual_ahead` loads the
+warpgroup's r right after its wait, so that the program that writes y does not wait for r after
+the products: with one slice nothing else is loaded there, and r's round trip to memory would be
+the last thing each 16-row o or down kernel of a layer waits for. `programs_per_sm` caps a
 thread's registers so that two or three programs share an SM.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, K a multiple of 8 (TMA's 16-byte strides) and
@@ -45,6 +48,7 @@ PARAMS = {
     "split_k": [1, 2, 3, 4, 8],
     "num_stages": [2, 3, 4, 5, 6, 8, 10, 12, 16, 20],
     "late_dependents": [False, True],
+    "residual_ahead": [False, True],
     "programs_per_sm": [1, 2, 3],
 }
 # A thread's register cap (Triton's maxnreg) that lets n programs of two warpgroups share an
@@ -64,6 +68,8 @@ CHUNK = 64  # columns of a shared-memory chunk (a 128-byte swizzled row)
 BLOCK_W = gl.constexpr(ROWS_W)
 BLOCK_X = gl.constexpr(ROWS_X)
 TILE = ROWS_W * ROWS_X
+# The epilogue's layout of a tile (W rows x x rows): a warp down 32 W rows, a warp an x row.
+OUT_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1]))
 
 
 @gluon.jit
@@ -112,12 +118,16 @@ def _loader(w_desc, x_desc, w_smem, x_smem, ready, free, n0, m0, k0, n_steps,
 @gluon.jit
 def _products(w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0,
               m0, tile, split, CHUNKS: gl.constexpr, STAGES: gl.constexpr, SPLITS: gl.constexpr,
-              LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+              LATE_DEPENDENTS: gl.constexpr, RESIDUAL_AHEAD: gl.constexpr):  # fmt: skip
     """One warpgroup: acc (64 W rows x 16 x rows) += W_tile x_tile^T over the slice's steps,
     each buffer given back once its products are done; then the epilogue."""
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
+    if RESIDUAL_AHEAD:  # noqa: SIM108 (a test made when compiling)
+        r = _residual(r_ptr, M, N, n0, m0)
+    else:
+        r = 0  # loaded by the epilogue
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_X, 16]
     )
@@ -133,21 +143,38 @@ def _products(w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, coun
         mbarrier.arrive(free.index(stage))
     if LATE_DEPENDENTS:
         _gdc_launch_dependents()
-    _epilogue(acc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split, SPLITS)
+    _epilogue(acc, r, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split, SPLITS,
+              RESIDUAL_AHEAD)  # fmt: skip
 
 
 @gluon.jit
-def _epilogue(acc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split,
-              SPLITS: gl.constexpr):  # fmt: skip
-    """acc[i, j] is y[m0 + j, n0 + i] before r: with one slice, add r and write y; with more,
-    store the partial tile, and the last of the tile's programs to count adds them all."""
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1])
-    acc = gl.convert_layout(acc, out_layout)
-    i = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, out_layout))
-    j = gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, out_layout))
+def _out_cells(M, N, n0, m0):
+    """The tile's cells of y (and r) in the epilogue's layout: offsets and bounds."""
+    i = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, OUT_LAYOUT))
+    j = gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, OUT_LAYOUT))
     rn, rm = n0 + i, m0 + j
     out_ok = gl.expand_dims(rn < N, 1) & gl.expand_dims(rm < M, 0)
     out = gl.expand_dims(rm.to(gl.int64) * N, 0) + gl.expand_dims(rn, 1)
+    return out, out_ok
+
+
+@gluon.jit
+def _residual(r_ptr, M, N, n0, m0):
+    """The tile's r in the epilogue's layout."""
+    out, out_ok = _out_cells(M, N, n0, m0)
+    return gl.load(r_ptr + out, mask=out_ok, other=0.0)
+
+
+@gluon.jit
+def _epilogue(acc, r, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split,
+              SPLITS: gl.constexpr, RESIDUAL_AHEAD: gl.constexpr):  # fmt: skip
+    """acc[i, j] is y[m0 + j, n0 + i] before r: with one slice, add r and write y; with more,
+    store the partial tile, and the last of the tile's programs to count adds them all. r is
+    the tile's r when loaded ahead, else loaded here."""
+    out, out_ok = _out_cells(M, N, n0, m0)
+    acc = gl.convert_layout(acc, OUT_LAYOUT)
+    i = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, OUT_LAYOUT))
+    j = gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, OUT_LAYOUT))
     done = SPLITS == 1
     if SPLITS > 1:
         cell = gl.expand_dims(i * BLOCK_X, 1) + gl.expand_dims(j, 0)
@@ -162,14 +189,17 @@ def _epilogue(acc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, split,
             for s in gl.static_range(1, SPLITS):
                 acc += gl.load(tile_parts + s * (BLOCK_W * BLOCK_X))
     if done:
-        acc += gl.load(r_ptr + out, mask=out_ok, other=0.0).to(gl.float32)
+        if RESIDUAL_AHEAD:
+            acc += r.to(gl.float32)
+        else:
+            acc += gl.load(r_ptr + out, mask=out_ok, other=0.0).to(gl.float32)
         gl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
 
 
 @gluon.jit
 def _gemm_residual(w_desc, x_desc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, steps_per_split,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLITS: gl.constexpr,
-                   LATE_DEPENDENTS: gl.constexpr):  # fmt: skip
+                   LATE_DEPENDENTS: gl.constexpr, RESIDUAL_AHEAD: gl.constexpr):  # fmt: skip
     pid_n, pid_s, pid_m = gl.program_id(0), gl.program_id(1), gl.program_id(2)
     n0 = pid_n * BLOCK_W
     m0 = pid_m * BLOCK_X
@@ -193,7 +223,8 @@ def _gemm_residual(w_desc, x_desc, r_ptr, y_ptr, part_ptr, count_ptr, M, N, K, s
     gl.warp_specialize(
         [
             (_products, (w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, count_ptr,
-                         M, N, n0, m0, tile, pid_s, CHUNKS, STAGES, SPLITS, LATE_DEPENDENTS)),
+                         M, N, n0, m0, tile, pid_s, CHUNKS, STAGES, SPLITS, LATE_DEPENDENTS,
+                         RESIDUAL_AHEAD)),
             (_loader, (w_desc, x_desc, w_smem, x_smem, ready, free, n0, m0, k0, n_steps, CHUNKS,
                        STAGES)),
         ],
@@ -281,6 +312,7 @@ def kernel(
     num_stages: int = 8,
     late_dependents: bool = False,
     programs_per_sm: int = 1,
+    residual_ahead: bool = False,
 ) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
@@ -309,7 +341,8 @@ def kernel(
         _gemm_residual[grid](
             _descriptor(w, ROWS_W), _descriptor(x, ROWS_X), r, y, parts, counts, m, n, k, steps,
             BLOCK_K=block_k, STAGES=num_stages, SPLITS=splits,
-            LATE_DEPENDENTS=bool(late_dependents), num_warps=4, launch_pdl=True,
+            LATE_DEPENDENTS=bool(late_dependents), RESIDUAL_AHEAD=bool(residual_ahead),
+            num_warps=4, launch_pdl=True,
             maxnreg=REGISTER_CAPS[programs_per_sm],
         )  # fmt: skip
     return y

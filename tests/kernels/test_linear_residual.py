@@ -29,6 +29,7 @@ from tests.kernels.task_checks import (
     run_in_child,
     setmaxnreg_budgets,
     sm90_resources,
+    ttgir_partitions,
 )
 
 # Drops the residual.
@@ -401,17 +402,18 @@ def test_the_gluon_slices_cover_k_in_whole_steps_with_none_empty(task) -> None:
 
 
 @pytest.mark.parametrize(
-    "block_k, stages, splits, late, programs",
+    "block_k, stages, splits, late, programs, ahead",
     [
-        (128, 8, 2, False, 1),
-        (64, 12, 1, True, 1),
-        (256, 4, 4, False, 1),
-        (128, 5, 4, True, 2),
-        (64, 5, 8, False, 3),
+        (128, 8, 2, False, 1, False),
+        (64, 12, 1, True, 1, False),
+        (128, 5, 1, True, 1, True),
+        (256, 4, 4, False, 1, False),
+        (128, 5, 4, True, 2, True),
+        (64, 5, 8, False, 3, True),
     ],
 )
 def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
-    task, block_k, stages, splits, late, programs
+    task, block_k, stages, splits, late, programs, ahead
 ) -> None:
     """Built for sm_90 at 4096 x 4096, under the register cap that lets `programs` programs
     share an SM: no spill, the ring within shared memory (`programs` times within an SM's), the
@@ -429,6 +431,7 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
     types |= {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
     constexprs = {"BLOCK_K": block_k, "STAGES": stages, "SPLITS": splits, "LATE_DEPENDENTS": late}
+    constexprs["RESIDUAL_AHEAD"] = ahead
     cap = module.REGISTER_CAPS[programs]
     compiled = hopper_build(
         module._gemm_residual, types, constexprs, num_warps=4, max_registers=cap
@@ -445,6 +448,40 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     assert ("atom" in ptx) == (splits > 1)
 
 
+def _gluon_ttgir(task, splits: int, ahead: bool) -> str:
+    """The Gluon kernel's TTGIR for sm_90 at 16 x 4096 x 4096."""
+    from triton.runtime.jit import mangle_type
+
+    module = candidate_module(task, GLUON)
+    types = {
+        "w_desc": mangle_type(
+            module._descriptor(torch.zeros(4096, 4096, dtype=torch.bfloat16), 64)
+        ),
+        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
+    }
+    types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
+    types |= {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
+    constexprs = {"BLOCK_K": 128, "STAGES": 5, "SPLITS": splits, "LATE_DEPENDENTS": True}
+    constexprs["RESIDUAL_AHEAD"] = ahead
+    return hopper_build(module._gemm_residual, types, constexprs, num_warps=4).asm["ttgir"]
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_residual_ahead_loads_r_after_the_wait_and_before_the_products(task, splits, ahead):
+    """In the warpgroup's partition (the first): with residual_ahead, r is its first load, after
+    griddepcontrol.wait and before the products' loop; without, every load comes after the
+    loop (with one slice, r alone; with two, the partials and r)."""
+    products = ttgir_partitions(_gluon_ttgir(task, splits, ahead))[0]
+    loads = [i for i, line in enumerate(products) if "tt.load" in line]
+    wait = next(i for i, line in enumerate(products) if "griddepcontrol.wait" in line)
+    loop = next(i for i, line in enumerate(products) if "scf.for" in line)
+    before = [i for i in loads if i < loop]
+    assert len(before) == (1 if ahead else 0)
+    assert all(wait < i for i in loads)
+    assert len(loads) - len(before) == (0 if splits == 1 else splits) + (0 if ahead else 1)
+
+
 # Each Gluon candidate at configurations across its parameters, over every GPU shape.
 GLUON_GPU_CONFIGS = {
     "gluon_gemm_residual.py": [
@@ -453,6 +490,8 @@ GLUON_GPU_CONFIGS = {
         {"split_k": 3, "block_k": 256, "num_stages": 4, "late_dependents": True},
         {"split_k": 4, "block_k": 128, "num_stages": 5, "programs_per_sm": 2},
         {"split_k": 8, "block_k": 64, "num_stages": 5, "programs_per_sm": 3},
+        {"split_k": 1, "num_stages": 5, "late_dependents": True, "residual_ahead": True},
+        {"split_k": 3, "block_k": 64, "num_stages": 6, "residual_ahead": True},
     ],
     "gluon_gemv_residual.py": [
         {},
@@ -515,6 +554,8 @@ GLUON_PATHS = _paths_script(
     (16, 4096, 14336, torch.bfloat16, {"split_k": 8, "block_k": 256, "num_stages": 4}),
     (1, 7168, 18432, torch.bfloat16, {"late_dependents": True}),
     (16, 4096, 14336, torch.bfloat16, {"split_k": 4, "num_stages": 5, "programs_per_sm": 2}),
+    (17, 300, 4104, torch.float16, {"split_k": 1, "residual_ahead": True}),
+    (33, 130, 200, torch.bfloat16, {"split_k": 3, "block_k": 64, "residual_ahead": True}),
 """,
     """\
 x = torch.randn(16, 4096, generator=gen, device="cuda").bfloat16()
