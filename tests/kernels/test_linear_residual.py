@@ -401,6 +401,20 @@ def test_the_gluon_slices_cover_k_in_whole_steps_with_none_empty(task) -> None:
         assert (slices - 1) * per < steps <= slices * per and slices <= split
 
 
+def _gluon_types(module) -> dict[str, str]:
+    """The Gluon kernel's runtime arguments' types at 16 x 4096 x 4096."""
+    from triton.runtime.jit import mangle_type
+
+    types = {
+        "w_desc": mangle_type(
+            module._descriptor(torch.zeros(4096, 4096, dtype=torch.bfloat16), 64)
+        ),
+        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
+    }
+    types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
+    return types | {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
+
+
 @pytest.mark.parametrize(
     "block_k, stages, splits, late, programs, ahead",
     [
@@ -419,17 +433,8 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
     share an SM: no spill, the ring within shared memory (`programs` times within an SM's), the
     loader warp on its own register budget, W and x by TMA into the ring and multiplied by
     wgmma 16 wide, and each partition waiting for the kernel before it (griddepcontrol.wait)."""
-    from triton.runtime.jit import mangle_type
-
     module = candidate_module(task, GLUON)
-    types = {
-        "w_desc": mangle_type(
-            module._descriptor(torch.zeros(4096, 4096, dtype=torch.bfloat16), 64)
-        ),
-        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
-    }
-    types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
-    types |= {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
+    types = _gluon_types(module)
     constexprs = {"BLOCK_K": block_k, "STAGES": stages, "SPLITS": splits, "LATE_DEPENDENTS": late}
     constexprs["RESIDUAL_AHEAD"] = ahead
     cap = module.REGISTER_CAPS[programs]
@@ -450,17 +455,8 @@ def test_the_gluon_kernel_builds_as_a_warpgroup_and_a_loader_warp(
 
 def _gluon_ttgir(task, splits: int, ahead: bool) -> str:
     """The Gluon kernel's TTGIR for sm_90 at 16 x 4096 x 4096."""
-    from triton.runtime.jit import mangle_type
-
     module = candidate_module(task, GLUON)
-    types = {
-        "w_desc": mangle_type(
-            module._descriptor(torch.zeros(4096, 4096, dtype=torch.bfloat16), 64)
-        ),
-        "x_desc": mangle_type(module._descriptor(torch.zeros(16, 4096, dtype=torch.bfloat16), 16)),
-    }
-    types |= dict.fromkeys(("r_ptr", "y_ptr"), "*bf16") | {"part_ptr": "*fp32"}
-    types |= {"count_ptr": "*i32"} | dict.fromkeys(("M", "N", "K", "steps_per_split"), "i32")
+    types = _gluon_types(module)
     constexprs = {"BLOCK_K": 128, "STAGES": 5, "SPLITS": splits, "LATE_DEPENDENTS": True}
     constexprs["RESIDUAL_AHEAD"] = ahead
     return hopper_build(module._gemm_residual, types, constexprs, num_warps=4).asm["ttgir"]
