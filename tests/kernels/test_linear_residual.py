@@ -464,7 +464,7 @@ def _gluon_ttgir(task, splits: int, ahead: bool) -> str:
 
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize("ahead", [False, True])
-def test_residual_ahead_loads_r_after_the_wait_and_before_the_products(task, splits, ahead):
+def test_residual_ahead_loads_r_after_the_wait_and_before_the_products(task, splits, ahead) -> None:
     """In the warpgroup's partition (the first): with residual_ahead, r is its first load, after
     griddepcontrol.wait and before the products' loop; without, every load comes after the
     loop (with one slice, r alone; with two, the partials and r)."""
