@@ -69,7 +69,8 @@ CHUNK = 64  # columns of a shared-memory chunk (a 128-byte swizzled row)
 BLOCK_W = gl.constexpr(ROWS_W)
 BLOCK_X = gl.constexpr(ROWS_X)
 TILE = ROWS_W * ROWS_X
-# The epilogue's layout of a tile (W rows x x rows): a warp down 32 W rows, a warp an x row.
+# The epilogue's layout of a tile (W rows x x rows): a warp's lanes down 32 W rows, the four
+# warps each every fourth x row.
 OUT_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 1], [32, 1], [1, 4], [0, 1]))
 
 
@@ -121,11 +122,12 @@ def _products(w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, coun
               m0, tile, split, CHUNKS: gl.constexpr, STAGES: gl.constexpr, SPLITS: gl.constexpr,
               LATE_DEPENDENTS: gl.constexpr, RESIDUAL_AHEAD: gl.constexpr):  # fmt: skip
     """One warpgroup: acc (64 W rows x 16 x rows) += W_tile x_tile^T over the slice's steps,
-    each buffer given back once its products are done; then the epilogue."""
+    each buffer given back once its products are done; then the epilogue. With RESIDUAL_AHEAD
+    it loads its tile of r first, right after the wait."""
     _gdc_wait()
     if not LATE_DEPENDENTS:
         _gdc_launch_dependents()
-    if RESIDUAL_AHEAD:  # noqa: SIM108 (a test made when compiling)
+    if RESIDUAL_AHEAD:  # noqa: SIM108 (a constexpr branch)
         r = _residual(r_ptr, M, N, n0, m0)
     else:
         r = 0  # loaded by the epilogue
@@ -150,19 +152,20 @@ def _products(w_smem, x_smem, ready, free, n_steps, r_ptr, y_ptr, part_ptr, coun
 
 @gluon.jit
 def _out_cells(M, N, n0, m0):
-    """The tile's cells of y (and r) in the epilogue's layout: offsets and bounds."""
+    """The tile's cells of y (and r) in the epilogue's layout: offsets, bounds, and the W-row
+    and x-row indices within the tile."""
     i = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, OUT_LAYOUT))
     j = gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, OUT_LAYOUT))
     rn, rm = n0 + i, m0 + j
     out_ok = gl.expand_dims(rn < N, 1) & gl.expand_dims(rm < M, 0)
     out = gl.expand_dims(rm.to(gl.int64) * N, 0) + gl.expand_dims(rn, 1)
-    return out, out_ok
+    return out, out_ok, i, j
 
 
 @gluon.jit
 def _residual(r_ptr, M, N, n0, m0):
     """The tile's r in the epilogue's layout."""
-    out, out_ok = _out_cells(M, N, n0, m0)
+    out, out_ok, _, _ = _out_cells(M, N, n0, m0)
     return gl.load(r_ptr + out, mask=out_ok, other=0.0)
 
 
@@ -172,10 +175,8 @@ def _epilogue(acc, r, r_ptr, y_ptr, part_ptr, count_ptr, M, N, n0, m0, tile, spl
     """acc[i, j] is y[m0 + j, n0 + i] before r: with one slice, add r and write y; with more,
     store the partial tile, and the last of the tile's programs to count adds them all. r is
     the tile's r when loaded ahead, else loaded here."""
-    out, out_ok = _out_cells(M, N, n0, m0)
+    out, out_ok, i, j = _out_cells(M, N, n0, m0)
     acc = gl.convert_layout(acc, OUT_LAYOUT)
-    i = gl.arange(0, BLOCK_W, layout=gl.SliceLayout(1, OUT_LAYOUT))
-    j = gl.arange(0, BLOCK_X, layout=gl.SliceLayout(0, OUT_LAYOUT))
     done = SPLITS == 1
     if SPLITS > 1:
         cell = gl.expand_dims(i * BLOCK_X, 1) + gl.expand_dims(j, 0)

@@ -300,6 +300,7 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
         ("triton_gemm_residual.py", "m16-n4096-k4096"),
         ("gluon_gemm_residual.py", "m16-n4096-k4096"),
         ("gluon_gemv_residual.py", "m1-n4096-k4096"),
+        ("gluon_gemm_residual.py:residual_ahead", "m16-n4096-k4096"),
     ],
 )
 def test_the_kernels_that_stream_w_early_wait_for_the_kernel_that_writes_x_and_r(
@@ -308,16 +309,18 @@ def test_the_kernels_that_stream_w_early_wait_for_the_kernel_that_writes_x_and_r
     """Launched with programmatic dependent launch right after kernels that write x and r late,
     each still reads the new ones (its W streams, or is copied in, before the wait); also with
     late_dependents, which moves only where the kernel after it may launch (its place is
-    checked in the sm_90 PTX)."""
+    checked in the sm_90 PTX), and with residual_ahead, which reads r right after the wait."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
+    candidate, _, flag = candidate.partition(":")
     module = candidate_module(task, candidate)
     shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
+    params = {flag: True} if flag else {}
 
     def run(x, r):
-        return module.kernel(x, w, r, late_dependents=late)
+        return module.kernel(x, w, r, late_dependents=late, **params)
 
     assert_waits_for_late_inputs(run, (x, r), want)
 
@@ -464,9 +467,9 @@ def _gluon_ttgir(task, splits: int, ahead: bool) -> str:
 
 @pytest.mark.parametrize("splits", [1, 2])
 @pytest.mark.parametrize("ahead", [False, True])
-def test_residual_ahead_loads_r_after_the_wait_and_before_the_products(task, splits, ahead) -> None:
-    """In the warpgroup's partition (the first): with residual_ahead, r is its first load, after
-    griddepcontrol.wait and before the products' loop; without, every load comes after the
+def test_where_the_warpgroup_loads_r(task, splits, ahead) -> None:
+    """In the warpgroup's partition (the first), every load after griddepcontrol.wait: with
+    residual_ahead, one load (r's) before the products' loop; without, every load after the
     loop (with one slice, r alone; with two, the partials and r)."""
     products = ttgir_partitions(_gluon_ttgir(task, splits, ahead))[0]
     loads = [i for i, line in enumerate(products) if "tt.load" in line]
