@@ -295,16 +295,16 @@ def test_late_dependents_lets_the_next_kernel_launch_only_after_the_products(tas
 @pytest.mark.gpu
 @pytest.mark.parametrize("late", [False, True])
 @pytest.mark.parametrize(
-    "candidate, shape_name",
+    "candidate, shape_name, params",
     [
-        ("triton_gemm_residual.py", "m16-n4096-k4096"),
-        ("gluon_gemm_residual.py", "m16-n4096-k4096"),
-        ("gluon_gemv_residual.py", "m1-n4096-k4096"),
-        ("gluon_gemm_residual.py:residual_ahead", "m16-n4096-k4096"),
+        ("triton_gemm_residual.py", "m16-n4096-k4096", {}),
+        ("gluon_gemm_residual.py", "m16-n4096-k4096", {}),
+        ("gluon_gemv_residual.py", "m1-n4096-k4096", {}),
+        ("gluon_gemm_residual.py", "m16-n4096-k4096", {"residual_ahead": True}),
     ],
 )
 def test_the_kernels_that_stream_w_early_wait_for_the_kernel_that_writes_x_and_r(
-    task, candidate, shape_name, late
+    task, candidate, shape_name, params, late
 ) -> None:
     """Launched with programmatic dependent launch right after kernels that write x and r late,
     each still reads the new ones (its W streams, or is copied in, before the wait); also with
@@ -312,12 +312,10 @@ def test_the_kernels_that_stream_w_early_wait_for_the_kernel_that_writes_x_and_r
     checked in the sm_90 PTX), and with residual_ahead, which reads r right after the wait."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
-    candidate, _, flag = candidate.partition(":")
     module = candidate_module(task, candidate)
     shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
     x, w, r = task.make_inputs(shape, 7, "cuda")
     want = task.reference(x.double(), w.double(), r.double())
-    params = {flag: True} if flag else {}
 
     def run(x, r):
         return module.kernel(x, w, r, late_dependents=late, **params)
