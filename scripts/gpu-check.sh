@@ -5,7 +5,8 @@
 # enough for e2e, gemmattn, profile-kernels and the kernel tests; memtasks, run, fullrun and
 # search import optuna (and its SQL stack) too:
 #   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,
-#           which may hold spaces, e.g. TESTS_K="gluon or fold")
+#           which may hold spaces, e.g. TESTS_K="gluon or fold"); the log names each test and its
+#           outcome, so a run cut short by its limit still says which tests passed
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
@@ -69,7 +70,7 @@ for stage in "$@"; do
     tests)
         select=()
         [ -n "${TESTS_K:-}" ] && select=(-k "$TESTS_K")
-        timeout "$(limit "${TESTS_TIMEOUT:-300}")" python3 -m pytest -q -m gpu -p no:cacheprovider \
+        timeout "$(limit "${TESTS_TIMEOUT:-300}")" python3 -m pytest -v -m gpu -p no:cacheprovider \
             --timeout "${TEST_TIMEOUT:-300}" "${select[@]}" ${TESTS:---ignore=tests/appliance/fleet tests} 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
         ;;
     allreduce)
