@@ -4,7 +4,8 @@
 # line. A folder of jsonschema and its three dependencies keeps the carried tree small and is
 # enough for e2e, gemmattn, profile-kernels and the kernel tests; memtasks, run, fullrun and
 # search import optuna (and its SQL stack) too, as do four modules of tests/loop, and
-# tests/appliance/fleet needs fabric: a tests stage over those folders needs the whole .whl:
+# tests/appliance/fleet needs fabric, so a tests stage over those folders needs the whole .whl.
+# The stages:
 #   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,
 #           which may hold spaces, e.g. TESTS_K="gluon or fold"); the log names each test and its
 #           outcome, so a run cut short by its limit still says which tests passed
