@@ -62,8 +62,5 @@ def test_shipped_torch_candidates_pass_twenty_seeds_on_the_cpu() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", available_tasks())
 def test_every_shipped_candidate_passes_twenty_seeds_on_the_gpu(name: str) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a GPU")
     problems = _rejections(name, "cuda", None, True)
     assert not problems, "\n".join(problems)
