@@ -20,7 +20,8 @@ the wait, or with `late_dependents` only once the products end. `residual_ahead`
 warpgroup's r right after its wait, so that the program that writes y does not wait for r after
 the products: with one slice nothing else is loaded there, and r's round trip to memory would be
 the last thing each 16-row o or down kernel of a layer waits for (session 44, in the Llama b16
-block on an H100: 1.002x at four layers, 1.000x at 32; not in the tables). `programs_per_sm`
+block on an H100: 1.002x at four layers, 1.000x at 32; on the H200, session 47: 1.002-1.003x at
+four layers and 1.002x at 32, in the block tables in force since). `programs_per_sm`
 caps a thread's registers so that two or three programs share an SM.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, K a multiple of 8 (TMA's 16-byte strides) and
