@@ -35,7 +35,7 @@ at b16-kv8192 and b64-kv2048, both streaming the two caches at about 3.0 TB/s, a
 Llama b16 block; at batch 1, with the merge loading a block of splits at once (one split a round
 trip cost 6.5-7.8 us), 1.031-1.043x at b1-kv32768 (a tie with the Triton fold) and 1.003-1.011x
 at b1-kv131072, 0.994x at b4-kv131072. In the Llama b1 blocks, at both batch-1 entries with
-early_history: 1.014x the tables in force at 4k (4 layers) and 1.020x at 32k (32 layers); with
+early_history: 1.014x session 40's tables at 4k (4 layers) and 1.020x at 32k (32 layers); with
 the merge's weights loaded once a row (session 43), 1.019x and 1.021x.
 On the H200 (session 47, a 4.55 TB/s host), at both batch-1 entries with early_history:
 1.015-1.021x session 40's tables in the Llama b1 blocks (4k at 4 and 32 layers, 32k at 32), and
