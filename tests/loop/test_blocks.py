@@ -674,7 +674,6 @@ def test_tuned_source_comes_from_the_run_workspace_commit(tmp_path: Path) -> Non
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
     ("cfg", "mode"),
     [(c, m) for c in CONFIGS for m in ("decode", "prefill", "chunk")],

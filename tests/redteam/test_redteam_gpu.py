@@ -12,11 +12,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"),
-]
+pytestmark = pytest.mark.gpu
 
 from loop.evaluator import CandidateSpec, Limits, evaluate  # noqa: E402
 from loop.tasks import load_task  # noqa: E402
