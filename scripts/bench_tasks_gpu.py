@@ -1091,7 +1091,7 @@ PLANS = [
     # Llama's attention with the output projection and its add, no merge kernel between them:
     # the projection's row blocks, heads a program, tiles ahead and warps (configurations that
     # spill no register), at one sequence. Session 40 (H100): 36.8-94.2 us per op; in the Llama
-    # b1 block every variant lost to the tables in force (0.631-0.962x).
+    # b1 block every variant lost to the tables then in force (0.631-0.962x).
     Plan(
         "gqa_decode_residual",
         "triton_gqa_decode_residual.py",

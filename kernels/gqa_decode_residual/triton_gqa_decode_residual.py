@@ -26,9 +26,9 @@ The counts live in one buffer per device, zeroed once when it is made; calls on 
 must therefore not overlap (run them on one stream, as torch does by default).
 
 Measured on an H100 in the Llama b1 block (session 40): correct, but 0.631-0.962x against the
-split, merge and Triton o GEMV in force (the best one head a program, 64 rows, late_dependents;
-0.978x for a build of one head a program on tensor cores, at 1885e18); alone, the projection
-kernel streams W_o at 30-39 % of DRAM peak.
+split, merge and Triton o GEMV then in force (session 40's tables; the best one head a program,
+64 rows, late_dependents; 0.978x for a build of one head a program on tensor cores, at 1885e18);
+alone, the projection kernel streams W_o at 30-39 % of DRAM peak.
 """
 
 import functools

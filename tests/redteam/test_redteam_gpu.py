@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+from loop.evaluator import CandidateSpec, Limits, evaluate
+from loop.tasks import load_task
 
-from loop.evaluator import CandidateSpec, Limits, evaluate  # noqa: E402
-from loop.tasks import load_task  # noqa: E402
+pytestmark = pytest.mark.gpu
 
 HERE = Path(__file__).parent / "candidates_gpu"
 ROOT = Path(__file__).resolve().parents[2]
