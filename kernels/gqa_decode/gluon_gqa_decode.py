@@ -37,10 +37,12 @@ b1-kv32768 (a tie with the Triton fold) and 1.003-1.011x at b1-kv131072, 0.994x 
 the Llama b1 blocks, at both batch-1 entries with early_history: 1.014x session 40's tables at 4k (4
 layers) and 1.020x at 32k (32 layers); with the merge's weights loaded once a row (session 43),
 1.019x and 1.021x.
+
 On the H200 (session 47, a 4.55 TB/s host), at both batch-1 entries with early_history: 1.015-1.021x
 session 40's tables in the Llama b1 blocks over two calls (4k at 4 and 32 layers, 32k at 32), and
 the block tables in force take it there; at the b16 entry 0.991x in the Llama b16 block (SDPA keeps
 it).
+
 Pipelining the products and starting each split at its own tile changed nothing; two buffers
 both held by the pipeline (block_n 64 at 2 stages) cost 8 %.
 

@@ -1,7 +1,7 @@
 """No false rejections: every task's shipped candidates pass on 20 fresh secret seeds and every
 shape class; on the CPU the torch ones (all CPU shapes, which are tiny), on the GPU all of them
-(the smallest shape of each class, to bound the float64 references), there one test a task so
-that a run cut short by a time limit still says which tasks passed."""
+(the smallest shape of each class, to bound the float64 references). The GPU test is one test a
+task, so that a run cut short by a time limit still says which tasks passed."""
 
 from __future__ import annotations
 
