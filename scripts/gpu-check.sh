@@ -39,6 +39,9 @@
 #   memtasks2 the same script again with MEMTASKS2_ARGS, into the same folder (e.g. benches of
 #             earlier sweeps' best with --best-from after a memtasks stage that sweeps)
 #   floor     scripts/bench_timer_floor.py: the timer's floor (an empty kernel, reads of decode sizes)
+# With GPU_CHECK_CARD set (H200, say), no stage runs unless the card's name holds it (the exit
+# status is then 3): a device tool may lend another card than the one asked for, and timings meant
+# for one card are no use taken on another.
 # Every stage gets at most its own limit and what is left of GPU_CHECK_BUDGET seconds (default
 # 570, under the device tool's 600 s a command), so a slow stage never loses the packed results.
 # Logs and JSON are written under a work folder and packed into $OUT/results.tgz (the device
@@ -64,6 +67,10 @@ END=$(( $(date +%s) + ${GPU_CHECK_BUDGET:-570} ))
 limit() { local left=$(( END - $(date +%s) - 15 )); [ "$left" -lt "$1" ] && echo "$left" || echo "$1"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.csv"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)" | tee "$OUT/versions.txt"
+if [ -n "${GPU_CHECK_CARD:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -qi -- "$GPU_CHECK_CARD"; then
+    echo "the card is not an $GPU_CHECK_CARD (GPU_CHECK_CARD): no stage run"
+    exit 3
+fi
 
 for stage in "$@"; do
     if [ "$(limit 9999)" -lt 30 ]; then echo "stage $stage skipped: no time left"; continue; fi
