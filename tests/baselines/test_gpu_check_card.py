@@ -27,6 +27,7 @@ def _run(tmp_path: Path, card_wanted: str | None) -> subprocess.CompletedProcess
         "OUT": str(tmp_path / "out"),
         "WHL_DIR": str(tmp_path / "no-wheels"),
         "GPU_CHECK_BUDGET": "120",
+        "TMPDIR": str(tmp_path),  # the script's work folder (mktemp -d), never removed
     }
     env.pop("GPU_CHECK_CARD", None)
     if card_wanted is not None:
