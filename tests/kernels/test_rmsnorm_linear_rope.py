@@ -470,3 +470,102 @@ def test_the_gluon_kernel_replays_in_a_graph_and_leaves_its_counts_at_zero(task)
         for got, ref in zip((qk, v), want, strict=True):
             torch.testing.assert_close(got.double(), ref, atol=2e-2, rtol=2e-2)
     assert all(int(c.abs().sum()) == 0 for c in module._COUNTS[x.device])
+
+
+CLUSTER = "cuda_rmsnorm_gemm_rope_cluster.py"
+CLUSTER_CONFIGS = [
+    {},
+    {"split_k": 1, "n_tiles": 2, "k_warps": 2, "stages": 4},
+    {"split_k": 2, "n_tiles": 4, "k_warps": 4, "stages": 4},
+    {"split_k": 8, "n_tiles": 2, "k_warps": 4, "stages": 3},
+]
+
+
+@pytest.mark.gpu
+def test_the_cluster_candidate_matches_the_reference_on_gpu(task) -> None:
+    """At every task shape (rows 1, 4 and 16; Llama-3-8B's and 70B's attention), in clusters of
+    1, 2, 4 and 8 blocks, through the evaluator's checks."""
+    ev = gpu_evaluate(task, [(CLUSTER, params) for params in CLUSTER_CONFIGS])
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", CLUSTER_CONFIGS)
+def test_the_cluster_kernel_on_ragged_shapes(task, params) -> None:
+    """Rows of very different scales and one of zeros (only eps keeps it finite), a K whose
+    last 32-wide chunk is short, heads of 64 and 256, a v that ends inside a block's tiles and
+    more rows than a launch takes, against the reference."""
+    module = candidate_module(task, CLUSTER)
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    for m, heads, n_v, d, k in [(3, 5, 48, 64, 4104), (17, 3, 16, 256, 2056), (2, 1, 0, 16, 8)]:
+        x = torch.randn(m, k, generator=gen, device="cuda")
+        x *= torch.logspace(-3, 3, m, device="cuda")[:, None]
+        x[1] = 0
+        x = x.to(torch.bfloat16)
+        g = torch.randn(k, generator=gen, device="cuda").mul_(0.25).add_(1).to(torch.bfloat16)
+        w_qk = torch.randn(heads * d, k, generator=gen, device="cuda").mul_(k**-0.5)
+        w_v = torch.randn(n_v, k, generator=gen, device="cuda").mul_(k**-0.5)
+        w_qk, w_v = w_qk.to(torch.bfloat16), w_v.to(torch.bfloat16)
+        angles = torch.rand(m, d // 2, generator=gen, device="cuda") * 6.3
+        cos, sin = angles.cos(), angles.sin()
+        got = module.kernel(x, g, w_qk, w_v, cos, sin, **params)
+        want = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
+        for a, b, what in zip(got, want, ("qk", "v"), strict=True):
+            assert torch.isfinite(a).all() and (a.numel() == 0 or float(a[1].abs().max()) == 0.0)
+            torch.testing.assert_close(
+                a.double(), b, atol=2e-2, rtol=2e-2, msg=f"{what} m{m} heads{heads} d{d} k{k}"
+            )
+
+
+@pytest.mark.gpu
+def test_the_cluster_kernel_replays_in_a_graph(task) -> None:
+    """Replays of one captured call on new x each give the right outputs (nothing is kept
+    between calls that a replay could find stale)."""
+    module = candidate_module(task, CLUSTER)
+    shape = next(s for s in task.shapes("cuda") if s.name == "m16-qk40-v8-d128-k4096")
+    x, g, w_qk, w_v, cos, sin = task.make_inputs(shape, 3, "cuda")
+    module.kernel(x, g, w_qk, w_v, cos, sin)  # built and sized before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        qk, v = module.kernel(x, g, w_qk, w_v, cos, sin)
+    for seed in range(3):
+        x.copy_(task.make_inputs(shape, 10 + seed, "cuda")[0])
+        qk.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = task.reference(x.double(), g.double(), w_qk.double(), w_v.double(), cos, sin)
+        for got, ref in zip((qk, v), want, strict=True):
+            err = float((got.double() - ref).norm() / ref.norm())
+            assert err < task.tolerance["bfloat16"], (seed, err)
+
+
+def test_the_cluster_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
+    """bf16 only, K a multiple of 8, heads a multiple of 16 wide, v's rows a multiple of 16, a
+    cluster of at most 8 and the configurations it was built for, on an sm_90 GPU: anything
+    else is refused before anything is compiled or launched."""
+    kernel = candidate_module(task, CLUSTER).kernel
+
+    def inputs(k: int = 64, d: int = 16, n_v: int = 16, device: str = "cpu"):
+        x = torch.zeros(2, k, dtype=torch.bfloat16, device=device)
+        g = torch.ones(k, dtype=torch.bfloat16, device=device)
+        w_qk = torch.zeros(2 * d, k, dtype=torch.bfloat16, device=device)
+        w_v = torch.zeros(n_v, k, dtype=torch.bfloat16, device=device)
+        return x, g, w_qk, w_v, torch.ones(2, d // 2, device=device), torch.zeros(2, d // 2)
+
+    with pytest.raises(ValueError, match="needs an sm_90 or later GPU"):
+        kernel(*inputs())
+    with pytest.raises(ValueError, match="cos and sin must be"):
+        kernel(*inputs()[:4], torch.ones(3, 8), torch.zeros(3, 8))
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return
+    cases = [
+        (inputs(k=60, device="cuda"), {}, "K a multiple of 8"),
+        (inputs(d=8, device="cuda"), {}, "head_dim a multiple of 16"),
+        (inputs(n_v=8, device="cuda"), {}, "v's rows a multiple of 16"),
+        (inputs(device="cuda"), {"split_k": 16}, "a cluster of at most 8"),
+        (inputs(device="cuda"), {"stages": 2}, "got 4, 4, 4, 2"),
+    ]
+    for args, params, why in cases:
+        with pytest.raises(ValueError, match=why):
+            kernel(*args, **params)

@@ -1,0 +1,471 @@
+"""RMSNorm, the q/k/v projection and rope in one CUDA C++ kernel (torch's load_inline) for up to
+16 rows at a time, whose split-K slices add their partials through a thread block cluster's
+distributed shared memory instead of global memory and an arrival count.
+
+The products run on tensor cores (`mma.sync.m16n8k16`, bfloat16 in, float32 accumulated): 16
+rows of W are the MMA's A operand, x g (x's rows 0-7, then 8-15) its B operand. A dot product
+does not care in which order it visits k, so in each 32-wide chunk of k lane (g, t) (g = lane /
+4, t = lane % 4) copies the 16-byte vectors at 8t..8t+7 of its W rows, of x's rows g and g + 8
+and of g, and hands them to two MMAs, four values each, as their fragments want them; A and B
+see the same permutation of k. Each warp streams its chunks through a ring of `stages` slots of
+shared memory with cp.async (zeros past K, the rows or M); a lane reads back only what it
+copied, so the warps never wait on one another. x g is formed per chunk in float32 and rounded
+to bfloat16 (as the eager norm rounds), and x's squares are summed from the same vectors, so the
+norm's scale comes at the end.
+
+A q/k tile is rows j0..j0+7 and j0+d/2..j0+d/2+7 of one head, the pairs rope mixes, so a lane's
+accumulator holds both halves of its pairs (C fragment rows g and g + 8); a v tile is 16
+consecutive rows. A block takes `n_tiles` tiles and one of `split_k` slices of K, its `k_warps`
+warps splitting the slice by chunks; the `split_k` blocks of the same tiles form a cluster.
+Each block adds its warps' partials in shared memory, the cluster synchronises, and block r of
+the cluster adds the r-th share of the tiles' outputs across the cluster's shared memories,
+scales, rotates and writes them; a second cluster barrier keeps every block's shared memory
+alive until the others have read it. Nothing is kept between calls.
+
+Launched with `cudaLaunchKernelEx` on torch's current stream (so CUDA graphs capture it), with
+the cluster's shape and programmatic dependent launch: a warp copies its first W chunks, which
+nothing earlier in the stream writes, before `griddepcontrol.wait`; x, g, cos and sin are read,
+and anything written, only after it, and right after it the kernel lets the next one launch.
+bfloat16 only, on sm_90 or later, with K a multiple of 8, head_dim a multiple of 16, v's rows a
+multiple of 16 and 16-byte aligned x, g and weights.
+"""
+
+import functools
+
+import torch
+import torch.utils.cpp_extension
+
+LANGUAGE = "cuda"
+PARAMS = {
+    "split_k": [1, 2, 4, 8],
+    "n_tiles": [2, 4],
+    "k_warps": [2, 4],
+    "stages": [3, 4],
+}
+ROWS_PER_LAUNCH = 16
+EPS = 1e-6
+
+CUDA_SRC = r"""
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+#include <stdexcept>
+#include <string>
+
+namespace cg = cooperative_groups;
+
+// 16 bytes from global to shared memory, through L2 only; zeros where `bytes` is 0.
+__device__ __forceinline__ void copy16(uint4* dst, const uint4* src, int bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void wait_groups() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// d += a (16 x 16, row-major) * b (16 x 8, column-major), bfloat16 in, float32 accumulated.
+__device__ __forceinline__ void mma_bf16(float* d, unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two bfloat16 of x times two of g, in float32, rounded to bfloat16; x's squares summed.
+__device__ __forceinline__ unsigned xg_pair(unsigned x, unsigned g, float& squares) {
+    const float2 xf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+    const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g));
+    squares = fmaf(xf.x, xf.x, squares);
+    squares = fmaf(xf.y, xf.y, squares);
+    const __nv_bfloat162 r = __floats2bfloat162_rn(xf.x * gf.x, xf.y * gf.y);
+    return *reinterpret_cast<const unsigned*>(&r);
+}
+
+__device__ __forceinline__ uint4 xg_vec(uint4 x, uint4 g, float& squares) {
+    return make_uint4(xg_pair(x.x, g.x, squares), xg_pair(x.y, g.y, squares),
+                      xg_pair(x.z, g.z, squares), xg_pair(x.w, g.w, squares));
+}
+
+template <int NT>
+struct Rows {
+    const uint4* w[NT][2];
+    bool ok[NT][2];
+};
+
+// This lane's W rows g and g + 8 of each of the block's tiles (at its vector t of a chunk).
+template <int NT>
+__device__ __forceinline__ Rows<NT> tile_rows(long long tile0, int g, int t, long long qk_tiles,
+                                              int half, long long n_qk, long long n_v,
+                                              const uint4* wqk, const uint4* wv, int k8) {
+    Rows<NT> rows;
+    const int per_head = half / 8;
+    #pragma unroll
+    for (int r = 0; r < NT; ++r) {
+        const long long tile = tile0 + r;
+        long long a, b, n_out;
+        const uint4* base;
+        if (tile < qk_tiles) {
+            a = (tile / per_head) * 2 * half + (tile % per_head) * 8 + g;
+            b = a + half;
+            n_out = n_qk;
+            base = wqk;
+        } else {
+            a = (tile - qk_tiles) * 16 + g;
+            b = a + 8;
+            n_out = n_v;
+            base = wv;
+        }
+        rows.ok[r][0] = a < n_out;
+        rows.ok[r][1] = b < n_out;
+        rows.w[r][0] = base + (rows.ok[r][0] ? a : 0) * k8 + t;
+        rows.w[r][1] = base + (rows.ok[r][1] ? b : 0) * k8 + t;
+    }
+    return rows;
+}
+
+// A warp's ring slot of one chunk: per lane, its W vectors (2 per tile), then x's rows g and
+// g + 8 and g's vector; lane-major, so a lane reads back only what it copied, conflict-free.
+template <int NT>
+struct Slot {
+    static constexpr int kVectors = 2 * NT + 3;
+};
+
+template <int NT>
+__device__ __forceinline__ void copy_w(uint4* slot, int c, int chunk_stop, int k8, int t,
+                                       int lane, const Rows<NT>& rows) {
+    const int v = 4 * c;
+    const bool live = c < chunk_stop && v + t < k8;
+    #pragma unroll
+    for (int r = 0; r < NT; ++r)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const bool on = live && rows.ok[r][h];
+            copy16(slot + (2 * r + h) * 32 + lane, rows.w[r][h] + (on ? v : 0), on ? 16 : 0);
+        }
+}
+
+template <int NT>
+__device__ __forceinline__ void copy_x(uint4* slot, int c, int chunk_stop, int k8, int t,
+                                       int lane, const uint4* x0, const uint4* x1,
+                                       const uint4* gp, bool r0, bool r1) {
+    const int v = 4 * c;
+    const bool live = c < chunk_stop && v + t < k8;
+    copy16(slot + (2 * NT) * 32 + lane, x0 + (live ? v : 0), live && r0 ? 16 : 0);
+    copy16(slot + (2 * NT + 1) * 32 + lane, x1 + (live ? v : 0), live && r1 ? 16 : 0);
+    copy16(slot + (2 * NT + 2) * 32 + lane, gp + (live ? v : 0), live ? 16 : 0);
+}
+
+template <int NT, int KW, int STAGES>
+__global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
+    const uint4* x, const uint4* g_vec, const uint4* __restrict__ wqk,
+    const uint4* __restrict__ wv, const float* cos_, const float* sin_,
+    __nv_bfloat16* qk, __nv_bfloat16* v_out, int m, int m0, int k8, int chunks_per_split,
+    long long n_qk, long long n_v, int half, float eps)
+{
+    extern __shared__ uint4 ring[];  // [KW][STAGES][Slot<NT>::kVectors][32]
+    __shared__ float sums[NT][2][32][4];
+    __shared__ float sums_sq[16];
+
+    cg::cluster_group cluster = cg::this_cluster();
+    const int splits = (int)cluster.num_blocks();
+    const int rank = (int)cluster.block_rank();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const long long qk_tiles = n_qk / 16;
+    const long long tile0 = (long long)blockIdx.x * NT;
+    const Rows<NT> rows = tile_rows<NT>(tile0, g, t, qk_tiles, half, n_qk, n_v, wqk, wv, k8);
+
+    const int chunks = (k8 + 3) / 4;
+    const int chunk_start = blockIdx.y * chunks_per_split;
+    const int chunk_stop = min(chunk_start + chunks_per_split, chunks);
+    constexpr int kSlot = Slot<NT>::kVectors * 32;
+    uint4* my_ring = ring + warp * STAGES * kSlot;
+    // Warp w takes chunks w, w + KW, ... of the slice; step s is chunk chunk_start + w + s KW.
+    const int c0 = chunk_start + warp;
+
+    // The first STAGES - 1 steps' W, one group each, before the wait: nothing earlier in the
+    // stream writes W. x, g, cos and sin, which earlier kernels write, only after it.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        copy_w<NT>(my_ring + s * kSlot, c0 + s * KW, chunk_stop, k8, t, lane, rows);
+        commit();
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    const bool r0 = m0 + g < m, r1 = m0 + g + 8 < m;
+    const uint4* x0 = x + (long long)(r0 ? m0 + g : 0) * k8 + t;
+    const uint4* x1 = x + (long long)(r1 ? m0 + g + 8 : 0) * k8 + t;
+    const uint4* gp = g_vec + t;
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+        copy_x<NT>(my_ring + s * kSlot, c0 + s * KW, chunk_stop, k8, t, lane, x0, x1, gp, r0, r1);
+    commit();
+
+    float acc[NT][2][4];
+    #pragma unroll
+    for (int r = 0; r < NT; ++r)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) acc[r][h][j] = 0.f;
+    float sq0 = 0.f, sq1 = 0.f;
+
+    for (int s = 0; c0 + s * KW < chunk_stop; ++s) {
+        const int ahead = s + STAGES - 1;
+        uint4* refill = my_ring + (ahead % STAGES) * kSlot;
+        copy_w<NT>(refill, c0 + ahead * KW, chunk_stop, k8, t, lane, rows);
+        copy_x<NT>(refill, c0 + ahead * KW, chunk_stop, k8, t, lane, x0, x1, gp, r0, r1);
+        commit();
+        // Groups so far: the W of steps 0..STAGES-2, their x, then one per step. Step s needs
+        // all but the last min(s + 1, STAGES - 1).
+        if (s + 1 >= STAGES - 1) wait_groups<STAGES - 1>();
+        else if (s == 0) wait_groups<1>();
+        else wait_groups<2>();
+        const uint4* slot = my_ring + (s % STAGES) * kSlot + lane;
+        const uint4 gv = slot[(2 * NT + 2) * 32];
+        const uint4 b0 = xg_vec(slot[(2 * NT) * 32], gv, sq0);
+        const uint4 b1 = xg_vec(slot[(2 * NT + 1) * 32], gv, sq1);
+        #pragma unroll
+        for (int r = 0; r < NT; ++r) {
+            const uint4 lo = slot[(2 * r) * 32], hi = slot[(2 * r + 1) * 32];
+            mma_bf16(acc[r][0], lo.x, hi.x, lo.y, hi.y, b0.x, b0.y);
+            mma_bf16(acc[r][0], lo.z, hi.z, lo.w, hi.w, b0.z, b0.w);
+            mma_bf16(acc[r][1], lo.x, hi.x, lo.y, hi.y, b1.x, b1.y);
+            mma_bf16(acc[r][1], lo.z, hi.z, lo.w, hi.w, b1.z, b1.w);
+        }
+    }
+    wait_groups<0>();
+
+    // The four lanes of a row hold its squares over different k.
+    sq0 += __shfl_xor_sync(0xffffffffu, sq0, 1);
+    sq0 += __shfl_xor_sync(0xffffffffu, sq0, 2);
+    sq1 += __shfl_xor_sync(0xffffffffu, sq1, 1);
+    sq1 += __shfl_xor_sync(0xffffffffu, sq1, 2);
+    // The warps' partials, in the ring's memory once every warp is done with it.
+    __syncthreads();
+    float* part = reinterpret_cast<float*>(ring);  // [KW][NT][2][32][4]
+    float* part_sq = part + KW * NT * 2 * 32 * 4;  // [KW][16]
+    #pragma unroll
+    for (int r = 0; r < NT; ++r)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) part[(((warp * NT + r) * 2 + h) * 32 + lane) * 4 + j] =
+                acc[r][h][j];
+    if (t == 0) {
+        part_sq[warp * 16 + g] = sq0;
+        part_sq[warp * 16 + g + 8] = sq1;
+    }
+    __syncthreads();
+    constexpr int kTile = NT * 2 * 32 * 4;
+    for (int e = threadIdx.x; e < kTile + 16; e += 32 * KW) {  // added in a fixed order
+        float s = 0.f;
+        if (e < kTile) {
+            #pragma unroll
+            for (int w = 0; w < KW; ++w) s += part[w * kTile + e];
+            (&sums[0][0][0][0])[e] = s;
+        } else {
+            #pragma unroll
+            for (int w = 0; w < KW; ++w) s += part_sq[w * 16 + e - kTile];
+            sums_sq[e - kTile] = s;
+        }
+    }
+    cluster.sync();
+
+    // Block `rank` finishes its share of the tiles' output pairs: a C fragment's element j of
+    // lane (g, t) is (W row g + 8 (j / 2), x row 2t + j % 2) of its 16 x 8 tile, so elements j
+    // and j + 2 are the two halves rope mixes (or two v rows 8 apart).
+    const int pairs = NT * 2 * 32 * 2;
+    const int share = (pairs + splits - 1) / splits;
+    const int first = rank * share, last = min(first + share, pairs);
+    for (int p = first + (int)threadIdx.x; p < last; p += 32 * KW) {
+        const int jj = p & 1, l = (p >> 1) & 31, h = (p >> 6) & 1, r = p >> 7;
+        const int mm = 8 * h + 2 * (l & 3) + jj;
+        const int row = m0 + mm;
+        const long long tile = tile0 + r;
+        if (row >= m) continue;
+        float za = 0.f, zb = 0.f, squares = 0.f;
+        for (int q = 0; q < splits; ++q) {
+            const float* other = cluster.map_shared_rank(&sums[r][h][l][0], q);
+            za += other[jj];
+            zb += other[jj + 2];
+            squares += *cluster.map_shared_rank(&sums_sq[mm], q);
+        }
+        const float scale = rsqrtf(squares / (float)(8 * k8) + eps);
+        za *= scale;
+        zb *= scale;
+        const int gl = l >> 2;
+        if (tile < qk_tiles) {
+            const int per_head = half / 8;
+            const int j = (int)(tile % per_head) * 8 + gl;
+            const long long a = (tile / per_head) * 2 * half + j;
+            const float c_ = cos_[(long long)row * half + j], s_ = sin_[(long long)row * half + j];
+            qk[(long long)row * n_qk + a] = __float2bfloat16_rn(za * c_ - zb * s_);
+            qk[(long long)row * n_qk + a + half] = __float2bfloat16_rn(zb * c_ + za * s_);
+        } else {
+            const long long a = (tile - qk_tiles) * 16 + gl;
+            if (a < n_v) v_out[(long long)row * n_v + a] = __float2bfloat16_rn(za);
+            if (a + 8 < n_v) v_out[(long long)row * n_v + a + 8] = __float2bfloat16_rn(zb);
+        }
+    }
+    cluster.sync();  // no block leaves while another may still read its shared memory
+}
+
+template <int NT, int KW, int STAGES>
+static void launch(dim3 grid, int splits, cudaStream_t stream, const void* x, const void* g,
+                   const void* wqk, const void* wv, const float* cos_, const float* sin_,
+                   void* qk, void* v, int m, int m0, int k8, int chunks_per_split,
+                   long long n_qk, long long n_v, int half, float eps) {
+    auto* kernel = rmsnorm_gemm_rope_cluster<NT, KW, STAGES>;
+    const int ring_bytes = KW * STAGES * Slot<NT>::kVectors * 32 * 16;
+    static bool sized = false;  // the first launch (torch warms up before any graph capture)
+    if (!sized) {
+        cudaError_t err = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
+        if (err != cudaSuccess)
+            throw std::runtime_error(std::string("rmsnorm_gemm_rope_cluster: ") +
+                                     cudaGetErrorString(err));
+        sized = true;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(32 * KW, 1, 1);
+    config.dynamicSmemBytes = ring_bytes;
+    config.stream = stream;
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 1;
+    attrs[0].val.clusterDim.y = splits;
+    attrs[0].val.clusterDim.z = 1;
+    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attrs;
+    config.numAttrs = 2;
+    cudaError_t err = cudaLaunchKernelEx(
+        &config, kernel, (const uint4*)x, (const uint4*)g, (const uint4*)wqk, (const uint4*)wv,
+        cos_, sin_, (__nv_bfloat16*)qk, (__nv_bfloat16*)v, m, m0, k8, chunks_per_split, n_qk,
+        n_v, half, eps);
+    if (err != cudaSuccess)
+        throw std::runtime_error(std::string("rmsnorm_gemm_rope_cluster: ") +
+                                 cudaGetErrorString(err));
+}
+
+void launch_rmsnorm_gemm_rope_cluster(int n_tiles, int k_warps, int stages, int grid_x,
+                                      int splits, long long stream, long long x, long long g,
+                                      long long wqk, long long wv, long long cos_,
+                                      long long sin_, long long qk, long long v, int m, int m0,
+                                      int k8, int chunks_per_split, long long n_qk,
+                                      long long n_v, int half, double eps) {
+    const dim3 grid(grid_x, splits, 1);
+    const cudaStream_t s = (cudaStream_t)stream;
+    const float* c = (const float*)cos_;
+    const float* sn = (const float*)sin_;
+#define LAUNCH(NT_, KW_, S_)                                                                   \
+    if (n_tiles == NT_ && k_warps == KW_ && stages == S_) {                                    \
+        launch<NT_, KW_, S_>(grid, splits, s, (const void*)x, (const void*)g, (const void*)wqk, \
+                             (const void*)wv, c, sn, (void*)qk, (void*)v, m, m0, k8,           \
+                             chunks_per_split, n_qk, n_v, half, (float)eps);                   \
+        return;                                                                                \
+    }
+    LAUNCH(2, 2, 3) LAUNCH(2, 2, 4) LAUNCH(2, 4, 3) LAUNCH(2, 4, 4)
+    LAUNCH(4, 2, 3) LAUNCH(4, 2, 4) LAUNCH(4, 4, 3) LAUNCH(4, 4, 4)
+#undef LAUNCH
+    throw std::runtime_error("rmsnorm_gemm_rope_cluster: no build for n_tiles " +
+                             std::to_string(n_tiles) + ", k_warps " + std::to_string(k_warps) +
+                             ", stages " + std::to_string(stages));
+}
+"""
+
+CPP_SRC = r"""
+void launch_rmsnorm_gemm_rope_cluster(int n_tiles, int k_warps, int stages, int grid_x,
+                                      int splits, long long stream, long long x, long long g,
+                                      long long wqk, long long wv, long long cos_,
+                                      long long sin_, long long qk, long long v, int m, int m0,
+                                      int k8, int chunks_per_split, long long n_qk,
+                                      long long n_v, int half, double eps);
+"""
+
+
+@functools.cache
+def _ext():
+    return torch.utils.cpp_extension.load_inline(
+        name="rmsnorm_gemm_rope_cluster_ext",
+        cpp_sources=CPP_SRC,
+        cuda_sources=CUDA_SRC,
+        functions=["launch_rmsnorm_gemm_rope_cluster"],
+        extra_cuda_cflags=["-O3"],
+        verbose=False,
+    )
+
+
+def kernel(
+    x: torch.Tensor,
+    g: torch.Tensor,
+    w_qk: torch.Tensor,
+    w_v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    split_k: int = 4,
+    n_tiles: int = 4,
+    k_warps: int = 4,
+    stages: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m, k = x.shape
+    half = cos.shape[1]
+    n_qk, n_v = w_qk.shape[0], w_v.shape[0]
+    if w_qk.shape[1] != k or w_v.shape[1] != k or g.shape != (k,):
+        raise ValueError(
+            f"w_qk and w_v must be (n, {k}) and g ({k},), got {tuple(w_qk.shape)}, "
+            f"{tuple(w_v.shape)}, {tuple(g.shape)}"
+        )
+    if cos.shape != (m, half) or sin.shape != (m, half) or n_qk % (2 * half):
+        raise ValueError(
+            f"cos and sin must be ({m}, d/2) with w_qk's rows a multiple of d, got "
+            f"{tuple(cos.shape)}, {tuple(sin.shape)}, {n_qk} rows"
+        )
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] < 9:
+        raise ValueError("the cluster kernel needs an sm_90 or later GPU (thread block clusters)")
+    if any(t.dtype != torch.bfloat16 for t in (x, g, w_qk, w_v)):
+        raise TypeError(f"bfloat16 only, got {x.dtype}, {g.dtype}, {w_qk.dtype}, {w_v.dtype}")
+    if k == 0 or k % 8 or half % 8 or n_v % 16:
+        raise ValueError(
+            f"needs K a multiple of 8 (got {k}), head_dim a multiple of 16 (got {2 * half}) and "
+            f"v's rows a multiple of 16 (got {n_v})"
+        )
+    if split_k not in PARAMS["split_k"] or any(
+        value not in PARAMS[name]
+        for name, value in (("n_tiles", n_tiles), ("k_warps", k_warps), ("stages", stages))
+    ):
+        raise ValueError(
+            f"split_k (a cluster of at most 8), n_tiles, k_warps and stages must be among "
+            f"{PARAMS}, got {split_k}, {n_tiles}, {k_warps}, {stages}"
+        )
+    x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
+    cos, sin = cos.contiguous().float(), sin.contiguous().float()
+    if any(t.data_ptr() % 16 for t in (x, g, w_qk, w_v)):
+        raise ValueError("x, g and the weights must be 16-byte aligned")
+    qk = torch.empty((m, n_qk), device=x.device, dtype=x.dtype)
+    v = torch.empty((m, n_v), device=x.device, dtype=x.dtype)
+    if m == 0:
+        return qk, v
+    k8 = k // 8
+    chunks = -(-k8 // 4)
+    chunks_per_split = -(-chunks // split_k)
+    tiles = (n_qk + n_v) // 16
+    grid_x = -(-tiles // n_tiles)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    pointers = [t.data_ptr() for t in (x, g, w_qk, w_v, cos, sin, qk, v)]
+    launch = _ext().launch_rmsnorm_gemm_rope_cluster
+    for m0 in range(0, m, ROWS_PER_LAUNCH):
+        launch(
+            n_tiles, k_warps, stages, grid_x, split_k, stream, *pointers, m, m0, k8,
+            chunks_per_split, n_qk, n_v, half, EPS,
+        )  # fmt: skip
+    return qk, v
