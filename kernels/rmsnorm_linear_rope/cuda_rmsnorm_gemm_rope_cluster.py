@@ -315,7 +315,10 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
             if (a + 8 < n_v) v_out[(long long)row * n_v + a + 8] = __float2bfloat16_rn(zb);
         }
     }
-    cluster.sync();  // no block leaves while another may still read its shared memory
+    // No block leaves while another may still read its shared memory. Its reads have returned
+    // (their values are stored), so a relaxed arrival does: it does not wait for the stores.
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 
 template <int NT, int KW, int STAGES>
@@ -325,14 +328,19 @@ static void launch(dim3 grid, int splits, cudaStream_t stream, const void* x, co
                    long long n_qk, long long n_v, int half, float eps) {
     auto* kernel = rmsnorm_gemm_rope_cluster<NT, KW, STAGES>;
     const int ring_bytes = KW * STAGES * Slot<NT>::kVectors * 32 * 16;
-    static bool sized = false;  // the first launch (torch warms up before any graph capture)
-    if (!sized) {
+    // Once per device, at its first launch (torch warms up before any graph capture).
+    static unsigned long long sized = 0;
+    int device = 0;
+    cudaGetDevice(&device);
+    if (!(sized >> device & 1ull)) {
         cudaError_t err = cudaFuncSetAttribute(
             kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
-        if (err != cudaSuccess)
+        if (err != cudaSuccess) {
+            cudaGetLastError();
             throw std::runtime_error(std::string("rmsnorm_gemm_rope_cluster: ") +
                                      cudaGetErrorString(err));
-        sized = true;
+        }
+        sized |= 1ull << device;
     }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
@@ -352,9 +360,11 @@ static void launch(dim3 grid, int splits, cudaStream_t stream, const void* x, co
         &config, kernel, (const uint4*)x, (const uint4*)g, (const uint4*)wqk, (const uint4*)wv,
         cos_, sin_, (__nv_bfloat16*)qk, (__nv_bfloat16*)v, m, m0, k8, chunks_per_split, n_qk,
         n_v, half, eps);
-    if (err != cudaSuccess)
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // not left for torch's next launch check to blame on another op
         throw std::runtime_error(std::string("rmsnorm_gemm_rope_cluster: ") +
                                  cudaGetErrorString(err));
+    }
 }
 
 void launch_rmsnorm_gemm_rope_cluster(int n_tiles, int k_warps, int stages, int grid_x,
@@ -425,13 +435,15 @@ def kernel(
             f"w_qk and w_v must be (n, {k}) and g ({k},), got {tuple(w_qk.shape)}, "
             f"{tuple(w_v.shape)}, {tuple(g.shape)}"
         )
-    if cos.shape != (m, half) or sin.shape != (m, half) or n_qk % (2 * half):
+    if cos.shape != (m, half) or sin.shape != (m, half) or not half or n_qk % (2 * half):
         raise ValueError(
             f"cos and sin must be ({m}, d/2) with w_qk's rows a multiple of d, got "
             f"{tuple(cos.shape)}, {tuple(sin.shape)}, {n_qk} rows"
         )
     if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] < 9:
         raise ValueError("the cluster kernel needs an sm_90 or later GPU (thread block clusters)")
+    if any(t.device != x.device for t in (g, w_qk, w_v, cos, sin)):
+        raise ValueError(f"every input must be on x's device, {x.device}")
     if any(t.dtype != torch.bfloat16 for t in (x, g, w_qk, w_v)):
         raise TypeError(f"bfloat16 only, got {x.dtype}, {g.dtype}, {w_qk.dtype}, {w_v.dtype}")
     if k == 0 or k % 8 or half % 8 or n_v % 16:
@@ -453,7 +465,7 @@ def kernel(
         raise ValueError("x, g and the weights must be 16-byte aligned")
     qk = torch.empty((m, n_qk), device=x.device, dtype=x.dtype)
     v = torch.empty((m, n_v), device=x.device, dtype=x.dtype)
-    if m == 0:
+    if m == 0 or n_qk + n_v == 0:
         return qk, v
     k8 = k // 8
     chunks = -(-k8 // 4)
@@ -463,9 +475,10 @@ def kernel(
     stream = torch.cuda.current_stream(x.device).cuda_stream
     pointers = [t.data_ptr() for t in (x, g, w_qk, w_v, cos, sin, qk, v)]
     launch = _ext().launch_rmsnorm_gemm_rope_cluster
-    for m0 in range(0, m, ROWS_PER_LAUNCH):
-        launch(
-            n_tiles, k_warps, stages, grid_x, split_k, stream, *pointers, m, m0, k8,
-            chunks_per_split, n_qk, n_v, half, EPS,
-        )  # fmt: skip
+    with torch.cuda.device(x.device):
+        for m0 in range(0, m, ROWS_PER_LAUNCH):
+            launch(
+                n_tiles, k_warps, stages, grid_x, split_k, stream, *pointers, m, m0, k8,
+                chunks_per_split, n_qk, n_v, half, EPS,
+            )  # fmt: skip
     return qk, v

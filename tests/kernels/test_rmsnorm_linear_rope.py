@@ -551,12 +551,14 @@ def test_the_cluster_candidate_refuses_what_it_cannot_run_naming_why(task) -> No
         g = torch.ones(k, dtype=torch.bfloat16, device=device)
         w_qk = torch.zeros(2 * d, k, dtype=torch.bfloat16, device=device)
         w_v = torch.zeros(n_v, k, dtype=torch.bfloat16, device=device)
-        return x, g, w_qk, w_v, torch.ones(2, d // 2, device=device), torch.zeros(2, d // 2)
+        cos, sin = torch.ones(2, d // 2, device=device), torch.zeros(2, d // 2, device=device)
+        return x, g, w_qk, w_v, cos, sin
 
     with pytest.raises(ValueError, match="needs an sm_90 or later GPU"):
         kernel(*inputs())
-    with pytest.raises(ValueError, match="cos and sin must be"):
-        kernel(*inputs()[:4], torch.ones(3, 8), torch.zeros(3, 8))
+    for cos in (torch.ones(3, 8), torch.ones(2, 0)):  # rows that are not x's; heads of width 0
+        with pytest.raises(ValueError, match="cos and sin must be"):
+            kernel(*inputs()[:4], cos, torch.zeros_like(cos))
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         return
     cases = [
@@ -565,6 +567,7 @@ def test_the_cluster_candidate_refuses_what_it_cannot_run_naming_why(task) -> No
         (inputs(n_v=8, device="cuda"), {}, "v's rows a multiple of 16"),
         (inputs(device="cuda"), {"split_k": 16}, "a cluster of at most 8"),
         (inputs(device="cuda"), {"stages": 2}, "got 4, 4, 4, 2"),
+        ((*inputs(device="cuda")[:5], torch.zeros(2, 8)), {}, "every input must be on x's device"),
     ]
     for args, params, why in cases:
         with pytest.raises(ValueError, match=why):
