@@ -133,9 +133,7 @@ __device__ __forceinline__ Rows<NT> tile_rows(long long tile0, int g, int t, lon
 // A warp's ring slot of one chunk: per lane, its W vectors (2 per tile), then x's rows g and
 // g + 8 and g's vector; lane-major, so a lane reads back only what it copied, conflict-free.
 template <int NT>
-struct Slot {
-    static constexpr int kVectors = 2 * NT + 3;
-};
+__host__ __device__ constexpr int slot_vectors() { return 2 * NT + 3; }
 
 template <int NT>
 __device__ __forceinline__ void copy_w(uint4* slot, int c, int chunk_stop, int k8, int t,
@@ -169,7 +167,7 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
     __nv_bfloat16* qk, __nv_bfloat16* v_out, int m, int m0, int k8, int chunks_per_split,
     long long n_qk, long long n_v, int half, float eps)
 {
-    extern __shared__ uint4 ring[];  // [KW][STAGES][Slot<NT>::kVectors][32]
+    extern __shared__ uint4 ring[];  // [KW][STAGES][slot_vectors<NT>()][32]
     __shared__ float sums[NT][2][32][4];
     __shared__ float sums_sq[16];
 
@@ -185,7 +183,7 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
     const int chunks = (k8 + 3) / 4;
     const int chunk_start = blockIdx.y * chunks_per_split;
     const int chunk_stop = min(chunk_start + chunks_per_split, chunks);
-    constexpr int kSlot = Slot<NT>::kVectors * 32;
+    constexpr int kSlot = slot_vectors<NT>() * 32;
     uint4* my_ring = ring + warp * STAGES * kSlot;
     // Warp w takes chunks w, w + KW, ... of the slice; step s is chunk chunk_start + w + s KW.
     const int c0 = chunk_start + warp;
@@ -290,7 +288,7 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
         const int mm = 8 * h + 2 * (l & 3) + jj;
         const int row = m0 + mm;
         const long long tile = tile0 + r;
-        if (row >= m) continue;
+        if (row >= m || tile >= qk_tiles + n_v / 16) continue;  // past M, or a tile past v
         float za = 0.f, zb = 0.f, squares = 0.f;
         for (int q = 0; q < splits; ++q) {
             const float* other = cluster.map_shared_rank(&sums[r][h][l][0], q);
@@ -311,14 +309,11 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
             qk[(long long)row * n_qk + a + half] = __float2bfloat16_rn(zb * c_ + za * s_);
         } else {
             const long long a = (tile - qk_tiles) * 16 + gl;
-            if (a < n_v) v_out[(long long)row * n_v + a] = __float2bfloat16_rn(za);
-            if (a + 8 < n_v) v_out[(long long)row * n_v + a + 8] = __float2bfloat16_rn(zb);
+            v_out[(long long)row * n_v + a] = __float2bfloat16_rn(za);
+            v_out[(long long)row * n_v + a + 8] = __float2bfloat16_rn(zb);
         }
     }
-    // No block leaves while another may still read its shared memory. Its reads have returned
-    // (their values are stored), so a relaxed arrival does: it does not wait for the stores.
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    cluster.sync();  // no block leaves while another may still read its shared memory
 }
 
 template <int NT, int KW, int STAGES>
@@ -327,7 +322,7 @@ static void launch(dim3 grid, int splits, cudaStream_t stream, const void* x, co
                    void* qk, void* v, int m, int m0, int k8, int chunks_per_split,
                    long long n_qk, long long n_v, int half, float eps) {
     auto* kernel = rmsnorm_gemm_rope_cluster<NT, KW, STAGES>;
-    const int ring_bytes = KW * STAGES * Slot<NT>::kVectors * 32 * 16;
+    const int ring_bytes = KW * STAGES * slot_vectors<NT>() * 32 * 16;
     // Once per device, at its first launch (torch warms up before any graph capture).
     static unsigned long long sized = 0;
     int device = 0;
@@ -440,17 +435,14 @@ def kernel(
             f"cos and sin must be ({m}, d/2) with w_qk's rows a multiple of d, got "
             f"{tuple(cos.shape)}, {tuple(sin.shape)}, {n_qk} rows"
         )
-    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] < 9:
-        raise ValueError("the cluster kernel needs an sm_90 or later GPU (thread block clusters)")
-    if any(t.device != x.device for t in (g, w_qk, w_v, cos, sin)):
-        raise ValueError(f"every input must be on x's device, {x.device}")
     if any(t.dtype != torch.bfloat16 for t in (x, g, w_qk, w_v)):
         raise TypeError(f"bfloat16 only, got {x.dtype}, {g.dtype}, {w_qk.dtype}, {w_v.dtype}")
-    if k == 0 or k % 8 or half % 8 or n_v % 16:
-        raise ValueError(
-            f"needs K a multiple of 8 (got {k}), head_dim a multiple of 16 (got {2 * half}) and "
-            f"v's rows a multiple of 16 (got {n_v})"
-        )
+    if k == 0 or k % 8:
+        raise ValueError(f"needs K a positive multiple of 8, got {k}")
+    if half % 8:
+        raise ValueError(f"needs head_dim a multiple of 16, got {2 * half}")
+    if n_v % 16:
+        raise ValueError(f"needs v's rows a multiple of 16, got {n_v}")
     if split_k not in PARAMS["split_k"] or any(
         value not in PARAMS[name]
         for name, value in (("n_tiles", n_tiles), ("k_warps", k_warps), ("stages", stages))
@@ -459,6 +451,10 @@ def kernel(
             f"split_k (a cluster of at most 8), n_tiles, k_warps and stages must be among "
             f"{PARAMS}, got {split_k}, {n_tiles}, {k_warps}, {stages}"
         )
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] < 9:
+        raise ValueError("the cluster kernel needs an sm_90 or later GPU (thread block clusters)")
+    if any(t.device != x.device for t in (g, w_qk, w_v, cos, sin)):
+        raise ValueError(f"every input must be on x's device, {x.device}")
     x, g, w_qk, w_v = x.contiguous(), g.contiguous(), w_qk.contiguous(), w_v.contiguous()
     cos, sin = cos.contiguous().float(), sin.contiguous().float()
     if any(t.data_ptr() % 16 for t in (x, g, w_qk, w_v)):

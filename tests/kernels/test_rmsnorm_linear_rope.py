@@ -492,6 +492,10 @@ CLUSTER_CONFIGS = [
     {"split_k": 1, "n_tiles": 2, "k_warps": 2, "stages": 4},
     {"split_k": 2, "n_tiles": 4, "k_warps": 4, "stages": 4},
     {"split_k": 8, "n_tiles": 2, "k_warps": 4, "stages": 3},
+    # the tables of session 49's block A/B
+    {"split_k": 4, "n_tiles": 4, "k_warps": 2, "stages": 4},
+    {"split_k": 8, "n_tiles": 4, "k_warps": 2, "stages": 3},
+    {"split_k": 4, "n_tiles": 2, "k_warps": 2, "stages": 4},
 ]
 
 
@@ -508,10 +512,16 @@ def test_the_cluster_candidate_matches_the_reference_on_gpu(task) -> None:
 @pytest.mark.parametrize("params", CLUSTER_CONFIGS)
 def test_the_cluster_kernel_on_ragged_shapes(task, params) -> None:
     """Rows of very different scales and one of zeros (only eps keeps it finite), a K whose
-    last 32-wide chunk is short, heads of 64 and 256, a v that ends inside a block's tiles and
-    more rows than a launch takes, against the reference."""
+    last 32-wide chunk is short, heads of 16, 64 and 256, blocks that hold q/k tiles and v
+    tiles both, a v that ends inside a block's tiles, no v, and more rows than a launch takes,
+    against the reference."""
     module = candidate_module(task, CLUSTER)
-    shapes = [(3, 5, 48, 64, 4104), (17, 3, 16, 256, 2056), (2, 1, 0, 16, 8)]
+    shapes = [
+        (3, 5, 48, 64, 4104),
+        (17, 3, 16, 256, 2056),
+        (2, 1, 0, 16, 8),
+        (3, 3, 32, 16, 72),  # 3 q/k tiles, then 2 v tiles
+    ]
     bf16 = [(*shape, torch.bfloat16) for shape in shapes]
     assert_right_on_ragged_shapes(task, module, params, bf16, seed=4)
 
@@ -523,35 +533,47 @@ def test_the_cluster_kernel_replays_in_a_graph(task) -> None:
     assert_replays_on_new_x(task, candidate_module(task, CLUSTER), {})
 
 
+def test_the_cluster_candidate_runs_on_the_gpu_only(task) -> None:
+    assert CLUSTER in task.candidates["cuda"]
+    assert CLUSTER not in task.candidates["cpu"]
+
+
 def test_the_cluster_candidate_refuses_what_it_cannot_run_naming_why(task) -> None:
-    """bf16 only, K a multiple of 8, heads a multiple of 16 wide, v's rows a multiple of 16, a
-    cluster of at most 8 and the configurations it was built for, on an sm_90 GPU: anything
-    else is refused before anything is compiled or launched."""
+    """bf16 only, K a positive multiple of 8, heads a multiple of 16 wide, v's rows a multiple
+    of 16, a cluster of at most 8 and the configurations it was built for, on an sm_90 GPU:
+    anything else is refused before anything is compiled or launched, each naming its cause."""
     kernel = candidate_module(task, CLUSTER).kernel
 
-    def inputs(k: int = 64, d: int = 16, n_v: int = 16, device: str = "cpu"):
-        x = torch.zeros(2, k, dtype=torch.bfloat16, device=device)
-        g = torch.ones(k, dtype=torch.bfloat16, device=device)
-        w_qk = torch.zeros(2 * d, k, dtype=torch.bfloat16, device=device)
-        w_v = torch.zeros(n_v, k, dtype=torch.bfloat16, device=device)
-        cos, sin = torch.ones(2, d // 2, device=device), torch.zeros(2, d // 2, device=device)
-        return x, g, w_qk, w_v, cos, sin
+    def inputs(k: int = 64, d: int = 16, n_v: int = 16, dtype=torch.bfloat16):
+        x, g = torch.zeros(2, k, dtype=dtype), torch.ones(k, dtype=dtype)
+        w_qk, w_v = torch.zeros(2 * d, k, dtype=dtype), torch.zeros(n_v, k, dtype=dtype)
+        return x, g, w_qk, w_v, torch.ones(2, d // 2), torch.zeros(2, d // 2)
 
-    with pytest.raises(ValueError, match="needs an sm_90 or later GPU"):
-        kernel(*inputs())
+    cases = [
+        (inputs(k=0), {}, ValueError, "K a positive multiple of 8, got 0"),
+        (inputs(k=60), {}, ValueError, "K a positive multiple of 8, got 60"),
+        (inputs(d=8), {}, ValueError, "head_dim a multiple of 16, got 8"),
+        (inputs(n_v=8), {}, ValueError, "v's rows a multiple of 16, got 8"),
+        (inputs(), {"split_k": 16}, ValueError, "a cluster of at most 8.*got 16, 4, 4, 3"),
+        (inputs(), {"stages": 2}, ValueError, "got 4, 4, 4, 2"),
+        (inputs(dtype=torch.float16), {}, TypeError, "bfloat16 only"),
+        (inputs(), {}, ValueError, "needs an sm_90 or later GPU"),  # here on the CPU
+    ]
+    for args, params, error, why in cases:
+        with pytest.raises(error, match=why):
+            kernel(*args, **params)
     for cos in (torch.ones(3, 8), torch.ones(2, 0)):  # rows that are not x's; heads of width 0
         with pytest.raises(ValueError, match="cos and sin must be"):
             kernel(*inputs()[:4], cos, torch.zeros_like(cos))
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        return
-    cases = [
-        (inputs(k=60, device="cuda"), {}, "K a multiple of 8"),
-        (inputs(d=8, device="cuda"), {}, "head_dim a multiple of 16"),
-        (inputs(n_v=8, device="cuda"), {}, "v's rows a multiple of 16"),
-        (inputs(device="cuda"), {"split_k": 16}, "a cluster of at most 8"),
-        (inputs(device="cuda"), {"stages": 2}, "got 4, 4, 4, 2"),
-        ((*inputs(device="cuda")[:5], torch.zeros(2, 8)), {}, "every input must be on x's device"),
-    ]
-    for args, params, why in cases:
-        with pytest.raises(ValueError, match=why):
-            kernel(*args, **params)
+
+
+@pytest.mark.gpu
+def test_the_cluster_candidate_refuses_inputs_on_another_device(task) -> None:
+    kernel = candidate_module(task, CLUSTER).kernel
+    x = torch.zeros(2, 64, dtype=torch.bfloat16, device="cuda")
+    g = torch.ones(64, dtype=torch.bfloat16, device="cuda")
+    w_qk = torch.zeros(32, 64, dtype=torch.bfloat16, device="cuda")
+    w_v = torch.zeros(16, 64, dtype=torch.bfloat16, device="cuda")
+    cos = torch.ones(2, 8, device="cuda")
+    with pytest.raises(ValueError, match="every input must be on x's device"):
+        kernel(x, g, w_qk, w_v, cos, torch.zeros(2, 8))
