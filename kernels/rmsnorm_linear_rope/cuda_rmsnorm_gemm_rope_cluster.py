@@ -99,29 +99,28 @@ struct Rows {
     bool ok[NT][2];
 };
 
+// The first of the W rows that lane group g of `tile` takes (row g of its 16); the second is
+// d/2 further for a q/k tile (rows j and j + d/2 of one head, the pair rope mixes), 8 for v.
+__device__ __forceinline__ long long tile_row(long long tile, int g, long long qk_tiles,
+                                              int half) {
+    const int per_head = half / 8;
+    return tile < qk_tiles ? (tile / per_head) * 2 * half + (tile % per_head) * 8 + g
+                           : (tile - qk_tiles) * 16 + g;
+}
+
 // This lane's W rows g and g + 8 of each of the block's tiles (at its vector t of a chunk).
 template <int NT>
 __device__ __forceinline__ Rows<NT> tile_rows(long long tile0, int g, int t, long long qk_tiles,
                                               int half, long long n_qk, long long n_v,
                                               const uint4* wqk, const uint4* wv, int k8) {
     Rows<NT> rows;
-    const int per_head = half / 8;
     #pragma unroll
     for (int r = 0; r < NT; ++r) {
         const long long tile = tile0 + r;
-        long long a, b, n_out;
-        const uint4* base;
-        if (tile < qk_tiles) {
-            a = (tile / per_head) * 2 * half + (tile % per_head) * 8 + g;
-            b = a + half;
-            n_out = n_qk;
-            base = wqk;
-        } else {
-            a = (tile - qk_tiles) * 16 + g;
-            b = a + 8;
-            n_out = n_v;
-            base = wv;
-        }
+        const bool is_qk = tile < qk_tiles;
+        const long long a = tile_row(tile, g, qk_tiles, half);
+        const long long b = a + (is_qk ? half : 8), n_out = is_qk ? n_qk : n_v;
+        const uint4* base = is_qk ? wqk : wv;
         rows.ok[r][0] = a < n_out;
         rows.ok[r][1] = b < n_out;
         rows.w[r][0] = base + (rows.ok[r][0] ? a : 0) * k8 + t;
@@ -299,16 +298,13 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_cluster(
         const float scale = rsqrtf(squares / (float)(8 * k8) + eps);
         za *= scale;
         zb *= scale;
-        const int gl = l >> 2;
+        const long long a = tile_row(tile, l >> 2, qk_tiles, half);
         if (tile < qk_tiles) {
-            const int per_head = half / 8;
-            const int j = (int)(tile % per_head) * 8 + gl;
-            const long long a = (tile / per_head) * 2 * half + j;
+            const int j = (int)(tile % (half / 8)) * 8 + (l >> 2);  // the pair's place in the head
             const float c_ = cos_[(long long)row * half + j], s_ = sin_[(long long)row * half + j];
             qk[(long long)row * n_qk + a] = __float2bfloat16_rn(za * c_ - zb * s_);
             qk[(long long)row * n_qk + a + half] = __float2bfloat16_rn(zb * c_ + za * s_);
         } else {
-            const long long a = (tile - qk_tiles) * 16 + gl;
             v_out[(long long)row * n_v + a] = __float2bfloat16_rn(za);
             v_out[(long long)row * n_v + a + 8] = __float2bfloat16_rn(zb);
         }
@@ -379,14 +375,21 @@ void launch_rmsnorm_gemm_rope_cluster(int n_tiles, int k_warps, int stages, int 
                              chunks_per_split, n_qk, n_v, half, (float)eps);                   \
         return;                                                                                \
     }
-    LAUNCH(2, 2, 3) LAUNCH(2, 2, 4) LAUNCH(2, 4, 3) LAUNCH(2, 4, 4)
-    LAUNCH(4, 2, 3) LAUNCH(4, 2, 4) LAUNCH(4, 4, 3) LAUNCH(4, 4, 4)
+    @BUILDS@
 #undef LAUNCH
     throw std::runtime_error("rmsnorm_gemm_rope_cluster: no build for n_tiles " +
                              std::to_string(n_tiles) + ", k_warps " + std::to_string(k_warps) +
                              ", stages " + std::to_string(stages));
 }
-"""
+""".replace(
+    "@BUILDS@",  # one build for each (n_tiles, k_warps, stages) of PARAMS
+    " ".join(
+        f"LAUNCH({nt}, {kw}, {st})"
+        for nt in PARAMS["n_tiles"]
+        for kw in PARAMS["k_warps"]
+        for st in PARAMS["stages"]
+    ),
+)
 
 CPP_SRC = r"""
 void launch_rmsnorm_gemm_rope_cluster(int n_tiles, int k_warps, int stages, int grid_x,
