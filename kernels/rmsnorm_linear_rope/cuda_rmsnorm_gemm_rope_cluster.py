@@ -54,10 +54,13 @@ CUDA_SRC = r"""
 
 namespace cg = cooperative_groups;
 
-// 16 bytes from global to shared memory, through L2 only; zeros where `bytes` is 0.
+// 16 bytes from global to shared memory, through L2 only; zeros where `bytes` is 0. A warp's
+// copy takes 64 bytes of each of 8 rows, half a 128-byte line, whose other half a sibling warp
+// asks for a moment later: the L2::128B hint has the first miss fetch the whole line.
 __device__ __forceinline__ void copy16(uint4* dst, const uint4* src, int bytes) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(bytes)
                  : "memory");
 }
 
