@@ -148,6 +148,10 @@ FORBIDDEN_ATTRIBUTES = {
     "Process": "starting processes",
     "threading": "starting threads",
     "importlib": "dynamic import",
+    # importlib's submodules, which setuptools re-exports once torch.utils.cpp_extension (a
+    # load_inline candidate's import) has imported it
+    "metadata": "dynamic import (importlib.metadata's entry points)",
+    "resources": "file I/O (importlib.resources)",
     "shutil": "file operations",
     # file I/O without open()
     "tofile": "file I/O",
