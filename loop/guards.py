@@ -148,10 +148,12 @@ FORBIDDEN_ATTRIBUTES = {
     "Process": "starting processes",
     "threading": "starting threads",
     "importlib": "dynamic import",
-    # importlib's submodules, which setuptools re-exports once torch.utils.cpp_extension (a
-    # load_inline candidate's import) has imported it
-    "metadata": "dynamic import (importlib.metadata's entry points)",
-    "resources": "file I/O (importlib.resources)",
+    # torch.utils.cpp_extension (a load_inline candidate's import) imports setuptools, which
+    # re-exports distutils (spawn, file and directory operations, run_setup), importlib.metadata
+    # (entry points import any module) and its own module-importing helpers
+    "setuptools": "build tooling (processes, file operations, imports)",
+    "distutils": "build tooling (processes, file operations, imports)",
+    "pkg_resources": "build tooling (processes, file operations, imports)",
     "shutil": "file operations",
     # file I/O without open()
     "tofile": "file I/O",

@@ -159,6 +159,8 @@ def test_builtins_through_the_torch_door(body: str) -> None:
         "torch._guards.unittest.mock",
         "torch.cuda.pynvml",
         "torch.utils._osp",
+        "torch.utils.cpp_extension.setuptools",
+        "torch.utils.cpp_extension.setuptools.distutils",
     ],
 )
 def test_modules_reexported_by_allowed_modules_are_banned(chain: str) -> None:
@@ -277,6 +279,10 @@ DANGEROUS = set(
         "grpc",
         "colorlog",
         "torchgen",
+        "setuptools",
+        "distutils",
+        "pkg_resources",
+        "_distutils_hack",
     ]
 )
 
@@ -314,8 +320,9 @@ def module_doors(roots, dangerous: set[str]) -> dict[str, set[str]]:
 def doors() -> dict[str, set[str]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # what a load_inline candidate imports (and, through it, setuptools), whichever tests
-        # ran before this one in the process
+        # what a load_inline candidate imports (and, through it, setuptools), so that its doors
+        # are walked whichever tests ran before this one in the process (modules imported
+        # lazily by compilers may still add doors when other tests ran first)
         importlib.import_module("torch.utils.cpp_extension")
         return module_doors(sorted(ALLOWED_MODULES - {"__future__"}), DANGEROUS)
 
