@@ -79,7 +79,8 @@ __device__ __forceinline__ uint4 ldmatrix4(const uint4* row) {
     uint4 r;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "r"(a));
+                 : "r"(a)
+                 : "memory");
     return r;
 }
 
@@ -115,8 +116,9 @@ __device__ __forceinline__ long long tile_row(long long tile, int i, long long q
 // A chunk is 64 of k: 8 vectors of 16 bytes, one 128-byte line, of each row. Lane l copies
 // vector l % 8 of rows l / 8, 4 + l / 8, 8 + l / 8 and 12 + l / 8 of each 16-row tile, so a
 // copy instruction takes four whole lines. A tile's slot holds its 16 rows of 8 vectors, vector
-// v of row i at i * 8 + (v ^ i % 8), so the 8 rows an ldmatrix matrix reads lie in 8 banks'
-// groups apart.
+// v of row i at i * 8 + (v ^ i % 8), so the 8 rows an ldmatrix matrix reads fall in 8 different
+// 16-byte bank groups. A copy that moves nothing points at `none`, the first 16 bytes of g
+// (K >= 8), so that every address is in bounds.
 constexpr int kLine = 8;
 constexpr int kTileVectors = 16 * kLine;
 
@@ -157,7 +159,8 @@ __host__ __device__ constexpr int slot_vectors() { return (NT + 1) * kTileVector
 
 template <int NT>
 __device__ __forceinline__ void copy_w(uint4* slot, int c, int chunk_stop, int k8, int lane,
-                                       const Rows<NT>& rows, long long k8_4) {
+                                       const Rows<NT>& rows, long long k8_4,
+                                       const uint4* none) {
     const int v = kLine * c;
     const int i = lane >> 3, e = lane & 7;
     const bool live = c < chunk_stop && v + e < k8;
@@ -167,7 +170,7 @@ __device__ __forceinline__ void copy_w(uint4* slot, int c, int chunk_stop, int k
         for (int q = 0; q < 4; ++q) {
             const bool on = live && rows.ok[r][q];
             const uint4* src = rows.w[r][q >> 1] + ((q & 1) ? k8_4 : 0) + v;
-            copy16(slot + r * kTileVectors + swizzled(4 * q + i, e), on ? src : rows.w[r][0],
+            copy16(slot + r * kTileVectors + swizzled(4 * q + i, e), on ? src : none,
                    on ? 16 : 0);
         }
 }
@@ -175,7 +178,7 @@ __device__ __forceinline__ void copy_w(uint4* slot, int c, int chunk_stop, int k
 template <int NT>
 __device__ __forceinline__ void copy_x(uint4* slot, int c, int chunk_stop, int k8, int lane,
                                        const uint4* x_row, long long k8_4, int rows_left,
-                                       const uint4* gp) {
+                                       const uint4* gp, const uint4* none) {
     const int v = kLine * c;
     const int i = lane >> 3, e = lane & 7;
     const bool live = c < chunk_stop && v + e < k8;
@@ -183,9 +186,9 @@ __device__ __forceinline__ void copy_x(uint4* slot, int c, int chunk_stop, int k
     #pragma unroll
     for (int q = 0; q < 4; ++q) {
         const bool on = live && 4 * q + i < rows_left;
-        copy16(xs + swizzled(4 * q + i, e), on ? x_row + q * k8_4 + v : x_row, on ? 16 : 0);
+        copy16(xs + swizzled(4 * q + i, e), on ? x_row + q * k8_4 + v : none, on ? 16 : 0);
     }
-    if (lane < kLine) copy16(xs + kTileVectors + e, gp + (live ? v : 0), live ? 16 : 0);
+    if (lane < kLine) copy16(xs + kTileVectors + e, live ? gp + v : none, live ? 16 : 0);
 }
 
 template <int NT, int KW, int STAGES>
@@ -221,7 +224,7 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_lines(
     // stream writes W. x, g, cos and sin, which earlier kernels write, only after it.
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        copy_w<NT>(my_ring + s * kSlot, c0 + s * KW, chunk_stop, k8, lane, rows, k8_4);
+        copy_w<NT>(my_ring + s * kSlot, c0 + s * KW, chunk_stop, k8, lane, rows, k8_4, g_vec);
         commit();
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_lines(
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s)
         copy_x<NT>(my_ring + s * kSlot, c0 + s * KW, chunk_stop, k8, lane, x_row, k8_4,
-                   rows_left, gp);
+                   rows_left, gp, g_vec);
     commit();
 
     float acc[NT][2][4];
@@ -245,8 +248,8 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_lines(
             for (int j = 0; j < 4; ++j) acc[r][h][j] = 0.f;
     float sq0 = 0.f, sq1 = 0.f;
 
-    // ldmatrix addresses: A's four matrices are (rows 0-7, 8-15) x (vectors 2s, 2s + 1) of a
-    // tile; B's are x's (rows 0-7 at 2s, rows 0-7 at 2s + 1, rows 8-15 at 2s, at 2s + 1).
+    // ldmatrix addresses at k16 step j: A's four matrices are a tile's (rows 0-7, 8-15) x
+    // (vectors 2j, 2j + 1); B's are x's rows 0-7 at 2j and 2j + 1, then rows 8-15 at both.
     const int mat = lane >> 3, mrow = lane & 7;
     const int a_row = (mat & 1) * 8 + mrow, a_vec = mat >> 1;
     const int b_row = (mat >> 1) * 8 + mrow, b_vec = mat & 1;
@@ -255,8 +258,9 @@ __global__ void __launch_bounds__(32 * KW) rmsnorm_gemm_rope_lines(
         const int ahead = s + STAGES - 1;
         uint4* refill = my_ring + (ahead % STAGES) * kSlot;
         __syncwarp();  // every lane is done reading the slot it refills (step s - 1's)
-        copy_w<NT>(refill, c0 + ahead * KW, chunk_stop, k8, lane, rows, k8_4);
-        copy_x<NT>(refill, c0 + ahead * KW, chunk_stop, k8, lane, x_row, k8_4, rows_left, gp);
+        copy_w<NT>(refill, c0 + ahead * KW, chunk_stop, k8, lane, rows, k8_4, g_vec);
+        copy_x<NT>(refill, c0 + ahead * KW, chunk_stop, k8, lane, x_row, k8_4, rows_left, gp,
+                   g_vec);
         commit();
         // Groups so far: the W of steps 0..STAGES-2, their x, then one per step. Step s needs
         // all but the last min(s + 1, STAGES - 1).

@@ -532,6 +532,7 @@ def test_the_cluster_kernel_on_ragged_shapes(task, name, params) -> None:
         (17, 3, 16, 256, 2056),
         (2, 1, 0, 16, 8),
         (3, 3, 32, 16, 72),  # 3 q/k tiles, then 2 v tiles
+        (13, 3, 32, 16, 120),  # x rows 4-15 partly there; a last chunk of 7 vectors of 8
     ]
     bf16 = [(*shape, torch.bfloat16) for shape in shapes]
     assert_right_on_ragged_shapes(task, module, params, bf16, seed=4)
