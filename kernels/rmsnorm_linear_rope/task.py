@@ -142,7 +142,6 @@ CANDIDATES = {
         "triton_rmsnorm_gemm_rope.py",
         "gluon_rmsnorm_gemm_rope.py",
         "cuda_rmsnorm_gemm_rope_cluster.py",
-        "cuda_rmsnorm_gemm_rope_lines.py",
         "torch_rmsnorm_linear_rope.py",
     ],
     "cpu": ["torch_rmsnorm_linear_rope.py"],
