@@ -443,6 +443,31 @@ GEMV_SHARED_PLANS = [
         rivals=[O1_IN_FORCE],
     )
 ]
+# The 16-row cluster qkv kernel alone against the Triton kernel in force. Session 51 profiled its
+# block table (split 4, 64 rows, 4 warps, ring of 3: three blocks an SM) on an H200: only 92 of its
+# 96 clusters of four fit at once, and alone it took 25.9 us against the Triton kernel's 19.5.
+# Here, beside that one: four blocks an SM (2 warps, ring of 4) and clusters of two (split 2, 32
+# rows a block: 192 clusters, 384 blocks), which should all fit in one wave.
+CLUSTER_QKV_PLANS = [
+    Plan(
+        "rmsnorm_linear_rope",
+        "cuda_rmsnorm_gemm_rope_cluster.py",
+        ["m16-qk40-v8-d128-k4096"],
+        [
+            {"split_k": split, "n_tiles": tiles, "k_warps": warps, "stages": stages}
+            for split, tiles, warps, stages in (
+                (4, 4, 4, 3),
+                (4, 4, 2, 4),
+                (2, 2, 4, 3),
+                (2, 2, 4, 4),
+                (2, 2, 2, 4),
+            )
+        ],
+        tag="qkv16cluster",
+        peers=FUSED_PEERS,
+        rivals=[QKV16_IN_FORCE],
+    )
+]
 
 
 PLANS = [
@@ -781,6 +806,7 @@ PLANS = [
     *GLUON_REGISTER_PLANS,
     *GLUON_RESIDUAL_REGISTER_PLANS,
     *GEMV_SHARED_PLANS,
+    *CLUSTER_QKV_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran
