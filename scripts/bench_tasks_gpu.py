@@ -446,8 +446,9 @@ GEMV_SHARED_PLANS = [
 # The 16-row cluster qkv kernel alone against the Triton kernel in force. Session 51 profiled its
 # block table (split 4, 64 rows, 4 warps, ring of 3: three blocks an SM) on an H200: only 92 of its
 # 96 clusters of four fit at once, and alone it took 25.9 us against the Triton kernel's 19.5.
-# Here, beside that one: four blocks an SM (2 warps, ring of 4) and clusters of two (split 2, 32
-# rows a block: 192 clusters, 384 blocks), which should all fit in one wave.
+# Here, beside that one: four blocks an SM (2 warps, ring of 4) and clusters of two (split 2,
+# 32 rows a block: 192 clusters, 384 blocks; at 4 warps and a ring of 4 still three blocks an
+# SM), which may fit in one wave (the profile's Max Active Clusters says).
 CLUSTER_QKV_PLANS = [
     Plan(
         "rmsnorm_linear_rope",

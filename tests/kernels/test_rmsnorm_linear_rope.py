@@ -513,15 +513,15 @@ def test_the_cluster_candidate_matches_the_reference_on_gpu(task) -> None:
 def test_the_cluster_kernel_on_ragged_shapes(task, params) -> None:
     """Rows of very different scales and one of zeros (only eps keeps it finite), a K whose
     last 32-wide chunk is short, heads of 16, 64 and 256, blocks that hold q/k tiles and v
-    tiles both, a v that ends inside a block's tiles, no v, and more rows than a launch takes,
-    against the reference."""
+    tiles both, a v that ends inside a block's tiles, no v, more rows than a launch takes, and a
+    launch whose second eight rows are only partly there, against the reference."""
     module = candidate_module(task, CLUSTER)
     shapes = [
         (3, 5, 48, 64, 4104),
         (17, 3, 16, 256, 2056),
         (2, 1, 0, 16, 8),
         (3, 3, 32, 16, 72),  # 3 q/k tiles, then 2 v tiles
-        (13, 3, 32, 16, 120),  # x rows 8-12 of a launch's 16; a last chunk of 3 vectors of 4
+        (13, 3, 32, 16, 120),  # rows g + 8 live only for g < 5; a last chunk of 3 vectors of 4
     ]
     bf16 = [(*shape, torch.bfloat16) for shape in shapes]
     assert_right_on_ragged_shapes(task, module, params, bf16, seed=4)
