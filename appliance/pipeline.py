@@ -428,7 +428,8 @@ def loop_section(
     task, device: str, trials: int, cfg: PipelineConfig, quiet: bool
 ) -> tuple[dict, dict | None, dict]:
     from appliance.report.build import candidate_spec, shape_claim
-    from loop.driver import QUICK_RULE, LoopConfig, run_loop
+    from loop.driver import LoopConfig, run_loop
+    from loop.evaluator import QUICK_RULE
     from loop.store import default_store_url
 
     paths = task.candidate_paths(device)

@@ -46,7 +46,6 @@ from loop.workspace import Workspace, changed_files, lock, open_workspace
 Event = Callable[[str, dict], None]
 
 # Fewer, shorter timing blocks: wider intervals, for quick runs and small machines.
-QUICK_RULE = {"samples_per_block": 5, "min_blocks": 4, "max_blocks": 10, "max_time_s": 0.5}
 PROPOSERS = ("search", "scripted", "agent")
 FINISHED = ("keep", "discard", "crash")
 

@@ -1155,8 +1155,7 @@ E2E_SHAPES["add_rmsnorm"] = E2E_SHAPES["rmsnorm"]
 def sweep(plan: Plan, out_dir: Path) -> dict:
     """Every configuration of `plan` at its first shape, interleaved in one worker; returns the
     fastest accepted configuration's parameters ({} when none was accepted)."""
-    from loop.driver import QUICK_RULE
-    from loop.evaluator import CandidateSpec, evaluate
+    from loop.evaluator import QUICK_RULE, CandidateSpec, evaluate
     from loop.tasks import load_task
 
     task = load_task(plan.task)

@@ -2,8 +2,9 @@
 # On the GPU machine: install the carried wheels (WHL_DIR, default .whl/, git-ignored) into a
 # temporary target, put the checkout on PYTHONPATH, then run the stages named on the command
 # line. A folder of jsonschema and its three dependencies keeps the carried tree small and is
-# enough for e2e, gemmattn, profile-kernels and the kernel tests; memtasks, run, fullrun and
-# search import optuna (and its SQL stack) too, as do four modules of tests/loop, and
+# enough for e2e, gemmattn, profile-kernels, the kernel tests and memtasks' sweeps (--sweep
+# --no-bench); memtasks' benches, run, fullrun and search import optuna (and its SQL stack)
+# too, as do four modules of tests/loop, and
 # tests/appliance/fleet needs fabric, so a tests stage over those folders needs the whole .whl.
 # The stages:
 #   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,

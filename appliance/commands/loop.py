@@ -184,7 +184,8 @@ def loop(
     from appliance.progress import loop_progress
     from loop.agent import AgentError
     from loop.brief import read_ideas
-    from loop.driver import QUICK_RULE, LoopConfig, LoopError, run_loop
+    from loop.driver import LoopConfig, LoopError, run_loop
+    from loop.evaluator import QUICK_RULE
     from loop.scripted import ScriptError
     from loop.stopping import StopRule
     from loop.store import StoreError, default_store_url

@@ -114,8 +114,7 @@ def _measure(
 ) -> tuple[dict[str, Measured], dict[str, str], list[str]]:
     """(ratio per shape, why per unmeasured shape, differences that make the group incomparable)."""
     from baselines.stats import ratio_interval
-    from loop.driver import QUICK_RULE
-    from loop.evaluator import CandidateSpec, evaluate
+    from loop.evaluator import QUICK_RULE, CandidateSpec, evaluate
     from loop.tasks import TaskError, load_task
 
     first = group[0]

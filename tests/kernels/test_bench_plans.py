@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from loop.evaluator import read_params_space, validate_params
@@ -174,3 +177,41 @@ def test_the_gluon_residual_plans_fit_their_programs_into_an_sms_shared_memory()
         at = dict.fromkeys(plan.shapes, plan.configs)
         too_big += _gluon_configs_too_big(plan.task, plan.candidate, at)
     assert too_big == []
+
+
+SWEEP_ONE_CONFIG = """
+import dataclasses, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import bench_tasks_gpu
+plan = next(p for p in bench_tasks_gpu.PLANS if p.tag == "qkv16")
+plan = dataclasses.replace(plan, configs=plan.configs[:1], rivals=[])
+bench_tasks_gpu.sweep(plan, Path(sys.argv[2]))
+"""
+
+
+def test_a_sweep_needs_no_optuna(tmp_path) -> None:
+    """The device image has no optuna, and a call that only sweeps carries jsonschema's wheels
+    alone (.whl/gpu): a sweep must import nothing that needs optuna (loop.driver does). With
+    optuna made unimportable, one configuration's sweep gets as far as the evaluator's verdict
+    (here, on the CPU, a crash for want of a GPU) and writes its file."""
+    shim = tmp_path / "shim"
+    (shim / "optuna").mkdir(parents=True)
+    (shim / "optuna" / "__init__.py").write_text('raise ImportError("no optuna here")\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    root = SCRIPTS.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(root)])}
+    result = subprocess.run(
+        [sys.executable, "-c", SWEEP_ONE_CONFIG, str(SCRIPTS), str(out)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no optuna here" not in result.stderr
+    (written,) = out.glob("sweep-*.json")
+    (config,) = json.loads(written.read_text())["configs"]
+    assert config["accepted"] or config["reasons"]  # the evaluator ran it (a verdict either way)
