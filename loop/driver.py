@@ -45,7 +45,6 @@ from loop.workspace import Workspace, changed_files, lock, open_workspace
 
 Event = Callable[[str, dict], None]
 
-# Fewer, shorter timing blocks: wider intervals, for quick runs and small machines.
 PROPOSERS = ("search", "scripted", "agent")
 FINISHED = ("keep", "discard", "crash")
 

@@ -21,8 +21,9 @@ from loop.tasks import Task
 from loop.worker_pool import ask, harness_env
 
 DEFAULT_TIMEOUT_S = 600.0
-# A short timing rule (`evaluate`'s `rule`): for the loop's --quick runs, CPU runs and the GPU
-# sweeps of scripts/bench_tasks_gpu.py. Here, not in loop/driver.py, so a sweep needs no optuna.
+# Fewer, shorter timing blocks (`evaluate`'s `rule`): wider intervals, for quick runs, small
+# machines and the GPU sweeps of scripts/bench_tasks_gpu.py. Here, not in loop/driver.py (which
+# imports optuna), so a sweep needs no optuna.
 QUICK_RULE = {"samples_per_block": 5, "min_blocks": 4, "max_blocks": 10, "max_time_s": 0.5}
 DEFAULT_CPU_MEMORY_BYTES = 12 * 2**30
 # The folder holding this copy of the harness packages (loop/, baselines/, host_tuning/).

@@ -182,11 +182,11 @@ def test_the_gluon_residual_plans_fit_their_programs_into_an_sms_shared_memory()
 SWEEP_ONE_CONFIG = """
 import dataclasses, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-import bench_tasks_gpu
-plan = next(p for p in bench_tasks_gpu.PLANS if p.tag == "qkv16")
+from tests.source_files import import_file
+script = import_file(Path(sys.argv[1]))
+plan = next(p for p in script.PLANS if p.tag == "qkv16")
 plan = dataclasses.replace(plan, configs=plan.configs[:1], rivals=[])
-bench_tasks_gpu.sweep(plan, Path(sys.argv[2]))
+script.sweep(plan, Path(sys.argv[2]))
 """
 
 
@@ -203,7 +203,7 @@ def test_a_sweep_needs_no_optuna(tmp_path) -> None:
     root = SCRIPTS.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(root)])}
     result = subprocess.run(
-        [sys.executable, "-c", SWEEP_ONE_CONFIG, str(SCRIPTS), str(out)],
+        [sys.executable, "-c", SWEEP_ONE_CONFIG, str(SCRIPTS / "bench_tasks_gpu.py"), str(out)],
         env=env,
         cwd=root,
         capture_output=True,
