@@ -470,6 +470,49 @@ CLUSTER_QKV_PLANS = [
     )
 ]
 
+# The Triton RMSNorm + gate/up + SwiGLU at 16 rows with every program resident at once. At
+# DeepSeek-V3's MLP (f 18432, k 7168) the bench's configuration (64 columns, K steps of 128)
+# builds to 224-228 registers a thread, so two programs fit an SM: 264 at a time for 288 tiles
+# (576 programs at split 2), and the last ones stream alone at the end. K steps of 64 build to
+# 72-188 registers and no spills (Triton 3.6 for sm_90, session 52), so 288 tiles of 64 columns
+# (four an SM by registers), 576 of 32 or 144 of 128 all fit at once. At the Llama shape (224
+# tiles of 64) the configuration in force already fits; the same configurations there, for the
+# step's depth alone.
+RESIDENT_SWIGLU_CONFIGS = [
+    {"block_n": n, "block_k": 64, "split_k": 1, "num_warps": w, "num_stages": s, "x_ahead": True}
+    for n, w, s in (
+        (64, 4, 3),
+        (64, 4, 4),
+        (64, 8, 4),
+        (32, 4, 3),
+        (32, 4, 4),
+        (128, 4, 3),
+        (128, 8, 4),
+    )
+]
+RESIDENT_SWIGLU_PLANS = [
+    Plan(
+        "rmsnorm_linear_swiglu",
+        "triton_rmsnorm_gemm_swiglu.py",
+        [shape],
+        RESIDENT_SWIGLU_CONFIGS,
+        tag=tag,
+        peers=FUSED_PEERS,
+        rivals=[rival],
+    )
+    for tag, shape, rival in (
+        (
+            "gateup16mlaresident",
+            "m16-f18432-k7168",
+            (
+                "triton_rmsnorm_gemm_swiglu.py",
+                {"block_n": 64, "block_k": 128, "split_k": 2, "x_ahead": True},
+            ),
+        ),
+        ("gateup16resident", "m16-f14336-k4096", GATEUP16_IN_FORCE),
+    )
+]
+
 
 PLANS = [
     Plan(
@@ -808,6 +851,7 @@ PLANS = [
     *GLUON_RESIDUAL_REGISTER_PLANS,
     *GEMV_SHARED_PLANS,
     *CLUSTER_QKV_PLANS,
+    *RESIDENT_SWIGLU_PLANS,
     # The attention's input norm folded into DeepSeek-V3's q_a/kv_a projection (N = 2112: 33 tiles
     # of 64, so K is split to fill the SMs) and the q norm into q_b (K = 1536) at 16 rows, on
     # tensor cores: at batch 16 these shapes had no candidate of ours, and the block ran
