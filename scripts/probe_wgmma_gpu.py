@@ -1,0 +1,582 @@
+"""Probe the shared-memory matrix descriptors of Hopper's `wgmma.mma_async` (sm_90a) with the
+128-byte swizzle on the real GPU, before MLA's decode split kernel is built on them.
+
+One CTA of 128 threads (one warpgroup) per test; CUDA C++ with inline PTX, built at run time with
+torch's load_inline for `sm_90a` (wgmma needs the `a` target). Every operand is a 64-row bf16
+matrix that the threads copy from global to shared memory themselves in the layout TMA writes
+with CU_TENSOR_MAP_SWIZZLE_128B and a 64-element box width ("chunked SW128", see CUDA_SRC). The
+tests, each against a float64 reference of the same bf16 inputs on the CPU:
+
+  qk_kmajor_n64    S = Q K^T (64 x 576 by 64 x 576), both operands K-major from shared memory,
+                   m64n64k16 over 36 K steps: 32 bytes a step within a chunk, the next chunk
+                   every 4 steps.
+  pv_ss_n64        O = P V[:, :512] (P 64 x 64, V the same 64 x 576 cache tile), A = P K-major
+                   from shared memory, B = V MN-major (imm-trans-b = 1), eight m64n64k16 pieces.
+  pv_ss_n256       the same with two m64n256k16 halves (B spans 4 swizzle atoms along N: LBO).
+  pv_rs_n256       the same with A = P from registers (the `{a regs}` form).
+  diag_pv_ss_n256_swapped   pv_ss_n256 with B's LBO and SBO swapped: expected to FAIL; it only
+                   shows that the test can tell the two apart, and does not count for the exit.
+
+Inputs are random normal bf16 (seed 0, no zeros). The products of bf16 values are exact in
+float32, so the only error left is float32 accumulation (order unspecified, 9.7.15.5.2): a test
+passes when max |out - ref| <= 1e-3 sqrt(K) (0.024 for K = 576, 0.008 for K = 64), where a
+misplaced operand element moves an output by O(1) and accumulation error is expected near 1e-5;
+torch's own float32 matmul error on the same GPU (TF32 off) is printed beside it for scale.
+
+Descriptors (PTX ISA, "Matrix Descriptor Format"): start address, LBO and SBO each
+(x & 0x3FFFF) >> 4 in bits 0-13, 16-29 and 32-45, base offset 0 (every swizzle pattern starts on
+a 1024-byte boundary), swizzle mode 1 (128B) in bits 62-63. K-major operands: LBO 16 ("not used,
+assumed to be 1"), SBO 1024 (8 rows of 128 bytes). MN-major B (V): LBO 8192 (from one 64-element
+swizzle atom along N to the next, i.e. the next chunk), SBO 1024 (from 8 K rows to the next 8).
+
+    python3 scripts/probe_wgmma_gpu.py [--json OUT.json]   # on an H100/H200: exit 0 = all pass
+    python3 scripts/probe_wgmma_gpu.py --selfcheck         # CPU only: emulate layouts/addresses
+    python3 scripts/probe_wgmma_gpu.py --emit-cuda F.cu    # write CUDA_SRC (nvcc -c compiles it)
+
+Exit codes: 0 all tests pass, 1 a test (or the build) fails, 2 no CUDA device / not sm_90.
+"""
+
+import argparse
+import functools
+import json
+import math
+import sys
+
+import numpy as np
+import torch
+
+ROWS = 64  # heads (Q, P) or cache positions (K, V)
+DIM = 576  # MLA's latent 512 + rope 64
+DV = 512  # O's columns: V is the cache tile's first 512 columns
+CHUNK_BYTES = ROWS * 128  # one chunk: 64 rows x 64 bf16 columns (128 bytes)
+SW128 = 1  # descriptor swizzle mode 1 = 128-byte swizzle
+# Descriptor strides in bytes (module docstring): K-major (A, and B of Q K^T), MN-major (B = V).
+KMAJOR_LBO, KMAJOR_SBO = 16, 1024
+MNMAJOR_LBO, MNMAJOR_SBO = CHUNK_BYTES, 1024
+# Shared-memory regions of the kernels, offsets from a 1024-byte-aligned base (as in CUDA_SRC).
+QK_REGIONS = {"q": 0, "k": (DIM // 64) * CHUNK_BYTES}
+PV_REGIONS = {"p": 0, "v": CHUNK_BYTES}
+
+CUDA_SRC = r"""
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdexcept>
+#include <string>
+
+// PTX ISA sections followed (9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+// Instructions"): 9.7.15.5.1.2 "Shared Memory Matrix Layout" (swizzle atoms, "Leading Dimension
+// Byte Offset", "Stride Dimension Byte Offset", "Canonical Layouts"), 9.7.15.5.1.2.2 "Matrix
+// Descriptor Format", 9.7.15.5.1.1.1 "Matrix Fragments for wgmma.mma_async.m64nNk16" (A in
+// registers, accumulator D), 9.7.15.5.2 "wgmma.mma_async", 9.7.15.4 "Async Proxy",
+// 9.7.15.7.1-3 "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group".
+//
+// Chunked SW128: a 64-row x C-column bf16 matrix (C a multiple of 64) is C/64 chunks of 64
+// columns, 8 KiB each; chunk c holds columns 64c..64c+63, row r at byte 128 r of the chunk,
+// and in each 8-row x 128-byte atom the 16-byte unit u of row r is stored at unit u ^ (r % 8).
+// Chunks start on 1024-byte boundaries, so this equals the hardware's 128B swizzle of the
+// shared address (bits [4,7) ^= bits [7,10), Swizzle<3,4,3> on bytes).
+
+constexpr int ROWS = 64;
+constexpr int DIM = 576;
+constexpr int DV = 512;
+constexpr int CHUNK_BYTES = ROWS * 128;
+constexpr int DIM_CHUNKS = DIM / 64;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// The dynamic shared memory rounded up to 1024 bytes (the launch asks for 1024 more).
+__device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
+    return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
+}
+
+// Row-major global [64][cols] bf16 -> chunked SW128 at dst, with plain 16-byte stores.
+__device__ __forceinline__ void fill_sw128(unsigned char* dst, const uint4* src, int cols) {
+    const int units_per_row = cols / 8;
+    for (int u = threadIdx.x; u < ROWS * units_per_row; u += blockDim.x) {
+        const int row = u / units_per_row, c16 = u % units_per_row;
+        const int chunk = c16 / 8, unit = c16 % 8;
+        *(uint4*)(dst + chunk * CHUNK_BYTES + row * 128 + ((unit ^ (row & 7)) << 4)) = src[u];
+    }
+}
+
+// Generic-proxy stores -> visible to wgmma (async proxy), then the CTA barrier (9.7.15.4).
+__device__ __forceinline__ void smem_to_async_proxy() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+}
+
+// Matrix Descriptor Format: encode(x) = (x & 0x3FFFF) >> 4; start 0-13, LBO 16-29, SBO 32-45,
+// base offset 49-51 (0: patterns start on 1024-byte boundaries), swizzle 62-63 (1 = 128B).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keeps the compiler from touching the accumulators across the wait.
+template <int NREG>
+__device__ __forceinline__ void acc_fence(float* d) {
+#pragma unroll
+    for (int i = 0; i < NREG; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+@WGMMA@
+
+// Accumulator D of m64nNk16: warp w owns rows 16w..16w+15; lane l holds for each 8-column
+// group j: d[4j], d[4j+1] at row 16w + l/4, columns 8j + 2(l%4), +1; d[4j+2], d[4j+3] at row +8.
+template <int N>
+__device__ __forceinline__ void store_acc(const float* d, float* out, int ld, int col0) {
+    const int lane = threadIdx.x % 32;
+    const int row = 16 * (threadIdx.x / 32) + lane / 4, col = col0 + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        out[row * ld + col + 8 * j] = d[4 * j];
+        out[row * ld + col + 8 * j + 1] = d[4 * j + 1];
+        out[(row + 8) * ld + col + 8 * j] = d[4 * j + 2];
+        out[(row + 8) * ld + col + 8 * j + 1] = d[4 * j + 3];
+    }
+}
+
+// S[64][64] = Q K^T: A = Q, B = K, both K-major chunked SW128. K step ks (16 columns, 32 bytes)
+// starts at chunk ks/4, byte 32 (ks%4) of the chunk's first row.
+__global__ void __launch_bounds__(128) qk_kernel(const uint4* q, const uint4* k, float* s,
+                                                  int lbo, int sbo) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
+    fill_sw128(sq, q, DIM);
+    fill_sw128(sk, k, DIM);
+    smem_to_async_proxy();
+    float d[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] = 0.f;
+    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < DIM / 16; ++ks) {
+        const uint32_t off = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
+        wgmma_ss(d, make_desc(q0 + off, lbo, sbo), make_desc(k0 + off, lbo, sbo), 1);
+    }
+    wg_commit();
+    wg_wait0();
+    acc_fence<32>(d);
+    store_acc<64>(d, s, 64, 0);
+}
+
+// A = P (64 x 64, K-major, one chunk) for K step ks: from shared memory, start + 32 ks; or
+// from registers (fragment of m64nNk16: a0,a1 row g, cols 2t,2t+1; a2,a3 row g+8; a4..a7 the
+// same at cols +8; g = l/4, t = l%4, rows of warp w offset by 16w), loaded straight from global.
+__device__ __forceinline__ void load_a_frag(const uint32_t* p32, int ks, uint32_t* a) {
+    const int lane = threadIdx.x % 32;
+    const int row = 16 * (threadIdx.x / 32) + lane / 4, col = 16 * ks + 2 * (lane % 4);
+    a[0] = p32[(row * 64 + col) / 2];
+    a[1] = p32[((row + 8) * 64 + col) / 2];
+    a[2] = p32[(row * 64 + col + 8) / 2];
+    a[3] = p32[((row + 8) * 64 + col + 8) / 2];
+}
+
+// O[64][512] = P V[:, :512]: B = V MN-major (imm-trans-b = 1) chunked SW128. K step ks = cache
+// rows 16ks..16ks+15 starts 16 rows (2048 bytes) further; N piece n0 (a multiple of 64) starts at
+// chunk n0/64; along N the next 64 columns are LBO away, along K the next 8 rows SBO away.
+template <int N, bool A_REGS>
+__global__ void __launch_bounds__(128) pv_kernel(const uint4* p, const uint4* v, float* o,
+                                                  int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* sp = align1024(smem_raw);
+    unsigned char* sv = sp + CHUNK_BYTES;
+    fill_sw128(sp, p, 64);
+    fill_sw128(sv, v, DIM);
+    smem_to_async_proxy();
+    const uint32_t p0 = smem_u32(sp), v0 = smem_u32(sv);
+    uint32_t a[4][4];
+    if constexpr (A_REGS) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) load_a_frag((const uint32_t*)p, ks, a[ks]);
+    }
+#pragma unroll 1
+    for (int n0 = 0; n0 < DV; n0 += N) {
+        float d[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const uint64_t db = make_desc(v0 + (n0 / 64) * CHUNK_BYTES + ks * 16 * 128, b_lbo, b_sbo);
+            if constexpr (A_REGS) {
+                wgmma_rs_t(d, a[ks], db);
+            } else {
+                wgmma_ss_t(d, make_desc(p0 + ks * 32, a_lbo, a_sbo), db);
+            }
+        }
+        wg_commit();
+        wg_wait0();
+        acc_fence<N / 2>(d);
+        store_acc<N>(d, o, DV, n0);
+    }
+}
+
+static void check(cudaError_t err) {
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // not left for torch's next launch check to blame on another op
+        throw std::runtime_error(std::string("probe_wgmma: ") + cudaGetErrorString(err));
+    }
+}
+
+template <int N, bool A_REGS>
+static void launch_pv(cudaStream_t s, const void* p, const void* v, float* o, int a_lbo,
+                      int a_sbo, int b_lbo, int b_sbo) {
+    const int smem = (1 + DIM_CHUNKS) * CHUNK_BYTES + 1024;
+    check(cudaFuncSetAttribute(pv_kernel<N, A_REGS>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    pv_kernel<N, A_REGS><<<1, 128, smem, s>>>((const uint4*)p, (const uint4*)v, o, a_lbo,
+                                               a_sbo, b_lbo, b_sbo);
+}
+
+// test 0: qk_kernel (a = Q, b = K, a_lbo/a_sbo for both); 1: pv_kernel n64, A from shared
+// memory; 2: n256, A from shared memory; 3: n256, A from registers (a = P, b = the cache tile).
+void launch_probe(int test, long long a, long long b, long long out, int a_lbo, int a_sbo,
+                  int b_lbo, int b_sbo, long long stream) {
+    const cudaStream_t s = (cudaStream_t)stream;
+    const void* pa = (const void*)a;
+    const void* pb = (const void*)b;
+    float* po = (float*)out;
+    if (test == 0) {
+        const int smem = 2 * DIM_CHUNKS * CHUNK_BYTES + 1024;
+        check(cudaFuncSetAttribute(qk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        qk_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo);
+    } else if (test == 1) {
+        launch_pv<64, false>(s, pa, pb, po, a_lbo, a_sbo, b_lbo, b_sbo);
+    } else if (test == 2) {
+        launch_pv<256, false>(s, pa, pb, po, a_lbo, a_sbo, b_lbo, b_sbo);
+    } else if (test == 3) {
+        launch_pv<256, true>(s, pa, pb, po, a_lbo, a_sbo, b_lbo, b_sbo);
+    } else {
+        throw std::runtime_error("probe_wgmma: unknown test " + std::to_string(test));
+    }
+    check(cudaGetLastError());
+}
+"""
+
+CPP_SRC = r"""
+void launch_probe(int test, long long a, long long b, long long out, int a_lbo, int a_sbo,
+                  int b_lbo, int b_sbo, long long stream);
+"""
+
+
+def _wgmma_wrappers() -> str:
+    """The inline-PTX wgmma calls, one accumulator operand per register (hence generated), as
+    overloads on the accumulator array's size N/2: wgmma_ss (A and B K-major from shared memory,
+    N = 64), wgmma_ss_t (A from shared memory, B transposed = MN-major) and wgmma_rs_t (A from
+    registers, B MN-major), N in {64, 256}. scale-d is a predicate (D = A B + D when true)."""
+    out = []
+    for name, n, a_regs, trans_b in (
+        ("wgmma_ss", 64, False, 0),
+        ("wgmma_ss_t", 64, False, 1),
+        ("wgmma_ss_t", 256, False, 1),
+        ("wgmma_rs_t", 64, True, 1),
+        ("wgmma_rs_t", 256, True, 1),
+    ):
+        nd = n // 2
+        if a_regs:  # d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
+            a_op, b_op, sc = ", ".join(f"%{nd + i}" for i in range(4)), nd + 4, nd + 5
+            a_op, imm = f"{{{a_op}}}", f"1, 1, {trans_b}"
+            params, ins = (
+                "const uint32_t* a, uint64_t db",
+                ", ".join([f'"r"(a[{i}])' for i in range(4)] + ['"l"(db)', '"r"(scale_d)']),
+            )
+        else:  # d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+            a_op, b_op, sc, imm = f"%{nd}", nd + 1, nd + 2, f"1, 1, 0, {trans_b}"
+            params, ins = "uint64_t da, uint64_t db", '"l"(da), "l"(db), "r"(scale_d)'
+        acc = ", ".join(f"%{i}" for i in range(nd))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+        out.append(
+            f"__device__ __forceinline__ void {name}(float (&d)[{nd}], {params}, "
+            "int scale_d = 1) {\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sc}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "\n'
+            f'                 "{{{acc}}}, {a_op}, %{b_op}, p, {imm};\\n}}\\n"\n'
+            f"                 : {outs}\n"
+            f"                 : {ins});\n"
+            "}"
+        )
+    return "\n".join(out)
+
+
+def cuda_source() -> str:
+    return CUDA_SRC.replace("@WGMMA@", _wgmma_wrappers())
+
+
+@functools.cache
+def _ext():
+    import torch.utils.cpp_extension  # here: on a machine with no CUDA it warns at import
+
+    # An explicit -gencode keeps torch from adding its own sm_90 (non-`a`) target, on which
+    # wgmma does not exist (cpp_extension adds no arch flags once one mentions "arch").
+    return torch.utils.cpp_extension.load_inline(
+        name="probe_wgmma_sm90a_ext",
+        cpp_sources=CPP_SRC,
+        cuda_sources=cuda_source(),
+        functions=["launch_probe"],
+        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
+        verbose=False,
+    )
+
+
+# ---- CPU emulation (--selfcheck) -------------------------------------------------------------
+
+
+def swizzle128(addr):
+    """128B swizzle of a shared-memory byte address: 16-byte unit bits [4,7) ^= bits [7,10)."""
+    return addr ^ (((addr >> 7) & 7) << 4)
+
+
+def encode_desc(addr: int, lbo: int, sbo: int) -> int:
+    """Python mirror of CUDA_SRC's make_desc (Matrix Descriptor Format)."""
+    enc = lambda x: (x & 0x3FFFF) >> 4  # noqa: E731
+    return enc(addr) | enc(lbo) << 16 | enc(sbo) << 32 | SW128 << 62
+
+
+def decode_desc(desc: int) -> tuple[int, int, int, int, int]:
+    """(start, lbo, sbo, base offset, swizzle mode), the byte fields back from the descriptor."""
+    field = lambda lo: ((desc >> lo) & 0x3FFF) << 4  # noqa: E731
+    return field(0), field(16), field(32), (desc >> 49) & 7, desc >> 62
+
+
+def fill_image(smem: np.ndarray, base: int, mat: np.ndarray) -> None:
+    """Mirror of fill_sw128: writes mat (64 x cols element ids) into smem (one slot per 2 bytes)
+    at byte offset base, with the same index arithmetic as the CUDA loop."""
+    rows, cols = mat.shape
+    upr = cols // 8
+    u = np.arange(rows * upr)
+    row, c16 = u // upr, u % upr
+    dst = base + (c16 // 8) * CHUNK_BYTES + row * 128 + (((c16 % 8) ^ (row & 7)) << 4)
+    for e in range(8):  # the 8 bf16 of each 16-byte unit
+        smem[(dst + 2 * e) // 2] = mat[row, c16 * 8 + e]
+
+
+def kmajor_addrs(desc: int, mn: int, swizzle=swizzle128) -> np.ndarray:
+    """Byte addresses of elements (i, kk), i < mn, kk < 16, of a K-major SW128 operand: canonical
+    layout Swizzle<3,4,3> o ((8,m),(T,2k)):((8T,SBO),(1,T)), T = 8 bf16 = 16 bytes, so row i at
+    (i % 8) * 128 + (i // 8) * SBO and kk at 2 kk bytes from the start; LBO unused."""
+    start, _lbo, sbo, base_off, swz = decode_desc(desc)
+    assert swz == SW128 and base_off == 0
+    i, kk = np.meshgrid(np.arange(mn), np.arange(16), indexing="ij")
+    return swizzle(start + (i // 8) * sbo + (i % 8) * 128 + kk * 2)
+
+
+def mnmajor_addrs(desc: int, n: int, swizzle=swizzle128) -> np.ndarray:
+    """Byte addresses of elements (kk, j), kk < 16, j < n, of an MN-major SW128 operand:
+    canonical layout Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), so j at
+    (j % 64) * 2 + (j // 64) * LBO and kk at (kk % 8) * 128 + (kk // 8) * SBO bytes."""
+    start, lbo, sbo, base_off, swz = decode_desc(desc)
+    assert swz == SW128 and base_off == 0
+    kk, j = np.meshgrid(np.arange(16), np.arange(n), indexing="ij")
+    return swizzle(start + (j // 64) * lbo + (j % 64) * 2 + (kk // 8) * sbo + (kk % 8) * 128)
+
+
+def emulate(base: int = 3 * 1024, mn_lbo: int = MNMAJOR_LBO, mn_sbo: int = MNMAJOR_SBO,
+            swizzle=swizzle128) -> dict[str, int]:  # fmt: skip
+    """Reads back every element every wgmma of the kernels would read, at the address that its
+    descriptor gives under the PTX canonical layouts, from an emulated shared memory filled as
+    fill_sw128 fills it (regions at `base`, which the kernels align to 1024 bytes). Returns the
+    mismatches per test, 0 when the layout, descriptors and K-step advance agree. Element ids
+    are distinct, so any misplaced read is caught."""
+    ids = np.arange(ROWS * DIM).reshape(ROWS, DIM) + 1  # Q (and -ids: K), V = ids
+    pid = np.arange(ROWS * 64).reshape(ROWS, 64) + 10**6  # P
+    bad = {}
+    smem = np.zeros((base + 2 * (DIM // 64) * CHUNK_BYTES) // 2, np.int64)  # 2 bytes a slot
+    fill_image(smem, base + QK_REGIONS["q"], ids)
+    fill_image(smem, base + QK_REGIONS["k"], -ids)
+    n_bad = 0
+    for ks in range(DIM // 16):  # as qk_kernel
+        off = (ks // 4) * CHUNK_BYTES + (ks % 4) * 32
+        da = encode_desc(base + QK_REGIONS["q"] + off, KMAJOR_LBO, KMAJOR_SBO)
+        db = encode_desc(base + QK_REGIONS["k"] + off, KMAJOR_LBO, KMAJOR_SBO)
+        got_a = smem[kmajor_addrs(da, 64, swizzle) // 2]  # A[i, kk] = Q[i, 16 ks + kk]
+        got_b = smem[kmajor_addrs(db, 64, swizzle) // 2]  # B[kk, j] = K[j, 16 ks + kk]
+        n_bad += int((got_a != ids[:, 16 * ks : 16 * ks + 16]).sum())
+        n_bad += int((got_b != -ids[:, 16 * ks : 16 * ks + 16]).sum())
+    bad["qk_kmajor_n64"] = n_bad
+    smem = np.zeros((base + (1 + DIM // 64) * CHUNK_BYTES) // 2, np.int64)
+    fill_image(smem, base + PV_REGIONS["p"], pid)
+    fill_image(smem, base + PV_REGIONS["v"], ids)
+    for n in (64, 256):  # as pv_kernel<N, false>
+        n_bad = 0
+        for n0 in range(0, DV, n):
+            for ks in range(4):
+                da = encode_desc(base + PV_REGIONS["p"] + ks * 32, KMAJOR_LBO, KMAJOR_SBO)
+                vb = base + PV_REGIONS["v"] + (n0 // 64) * CHUNK_BYTES + ks * 16 * 128
+                db = encode_desc(vb, mn_lbo, mn_sbo)
+                got_a = smem[kmajor_addrs(da, 64, swizzle) // 2]  # A[i, kk] = P[i, 16 ks + kk]
+                got_b = smem[mnmajor_addrs(db, n, swizzle) // 2]  # B[kk, j] = V[16 ks + kk, n0 + j]
+                n_bad += int((got_a != pid[:, 16 * ks : 16 * ks + 16]).sum())
+                n_bad += int((got_b != ids[16 * ks : 16 * ks + 16, n0 : n0 + n]).sum())
+        bad[f"pv_ss_n{n}"] = n_bad
+    return bad
+
+
+def fragment_maps_ok() -> bool:
+    """The accumulator store (m64nNk16 D) and the register A fragment index arithmetic of
+    CUDA_SRC each cover their tile exactly once."""
+    tid = np.arange(128)
+    lane, warp = tid % 32, tid // 32
+    row, col = 16 * warp + lane // 4, 2 * (lane % 4)
+    ok = True
+    for n in (64, 256):
+        seen = np.zeros((64, n), int)
+        for j in range(n // 8):
+            for dr, dc in ((0, 0), (0, 1), (8, 0), (8, 1)):
+                np.add.at(seen, (row + dr, col + 8 * j + dc), 1)
+        ok &= bool((seen == 1).all())
+    seen = np.zeros((64, 16), int)
+    for dr, dc in ((0, 0), (8, 0), (0, 8), (8, 8)):  # a[0..3], two bf16 each
+        for e in (0, 1):
+            np.add.at(seen, (row + dr, col + dc + e), 1)
+    return ok and bool((seen == 1).all())
+
+
+def selfcheck() -> bool:
+    results = emulate()
+    ok = all(v == 0 for v in results.values())
+    for name, n_bad in results.items():
+        print(f"selfcheck {name:22s} mismatches {n_bad:6d} {'PASS' if n_bad == 0 else 'FAIL'}")
+    frag = fragment_maps_ok()
+    print(f"selfcheck {'fragment maps':22s} {'PASS' if frag else 'FAIL'}")
+    # Negative controls: each must break the emulated read-back, or the check is vacuous.
+    controls = {
+        "MN-major LBO/SBO swapped": emulate(mn_lbo=MNMAJOR_SBO, mn_sbo=MNMAJOR_LBO)["pv_ss_n256"],
+        "no swizzle on read": emulate(swizzle=lambda a: a)["qk_kmajor_n64"],
+        "base 128 B off 1024": emulate(base=3 * 1024 + 128)["qk_kmajor_n64"],
+    }
+    for name, n_bad in controls.items():
+        print(
+            f"selfcheck control {name:26s} mismatches {n_bad:6d} "
+            f"{'PASS (detected)' if n_bad else 'FAIL (not detected)'}"
+        )
+    return ok and frag and all(controls.values())
+
+
+# ---- GPU run ---------------------------------------------------------------------------------
+
+TESTS = [  # name, launch id, A (lbo, sbo), B (lbo, sbo), counts for the exit code
+    ("qk_kmajor_n64", 0, (KMAJOR_LBO, KMAJOR_SBO), (0, 0), True),
+    ("pv_ss_n64", 1, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
+    ("pv_ss_n256", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
+    ("pv_rs_n256", 3, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
+    ("diag_pv_ss_n256_swapped", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_SBO, MNMAJOR_LBO), False),
+]
+
+
+def run_gpu() -> tuple[bool, list[dict]]:
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(ROWS, DIM, generator=gen).to(torch.bfloat16)
+    kv = torch.randn(ROWS, DIM, generator=gen).to(torch.bfloat16)
+    p = torch.randn(ROWS, 64, generator=gen).to(torch.bfloat16)
+    assert all(bool((t != 0).all()) for t in (q, kv, p)), "inputs must have no zeros"
+    refs = {  # float64 on the CPU: exact products of the bf16 inputs, no TF32
+        0: (q.double() @ kv.double().T, DIM),
+        1: (p.double() @ kv[:, :DV].double(), 64),
+    }
+    torch.backends.cuda.matmul.allow_tf32 = False
+    qd, kvd, pd = q.to(dev), kv.to(dev), p.to(dev)
+    torch_fp32 = {  # torch's own float32 product on this GPU, for scale
+        0: (qd.float() @ kvd.float().T).cpu().double(),
+        1: (pd.float() @ kvd[:, :DV].float()).cpu().double(),
+    }
+    ext = _ext()
+    stream = torch.cuda.current_stream().cuda_stream
+    rows, all_ok = [], True
+    for name, test, (a_lbo, a_sbo), (b_lbo, b_sbo), counts in TESTS:
+        which = 0 if test == 0 else 1
+        ref, k = refs[which]
+        out = torch.full((ROWS, ref.shape[1]), float("nan"), device=dev)
+        a, b = (qd, kvd) if test == 0 else (pd, kvd)
+        tol = 1e-3 * math.sqrt(k)
+        row = {"test": name, "K": k, "N_out": ref.shape[1], "atol": tol, "counts": counts,
+               "a_lbo": a_lbo, "a_sbo": a_sbo, "b_lbo": b_lbo, "b_sbo": b_sbo}  # fmt: skip
+        try:
+            ext.launch_probe(
+                test, a.data_ptr(), b.data_ptr(), out.data_ptr(), a_lbo, a_sbo, b_lbo, b_sbo,
+                stream,
+            )  # fmt: skip
+            torch.cuda.synchronize()
+            err = (out.cpu().double() - ref).abs()
+            n_nan = int(err.isnan().sum())  # the output starts as NaN: unwritten elements show
+            max_abs = float(err.nan_to_num(float("inf")).max())
+            row |= {
+                "max_abs_err": max_abs if n_nan == 0 else None,
+                "max_rel_err": max_abs / float(ref.abs().max()) if n_nan == 0 else None,
+                "nan_count": n_nan,
+                "torch_fp32_max_abs_err": float((torch_fp32[which] - ref).abs().max()),
+                "pass": n_nan == 0 and max_abs <= tol,
+            }
+        except Exception as exc:  # a launch or device error: this test fails, report it
+            row |= {"max_abs_err": None, "max_rel_err": None, "pass": False, "error": str(exc)}
+        rows.append(row)
+        if counts:
+            all_ok &= row["pass"]
+        verdict = "PASS" if row["pass"] else "FAIL"
+        if not counts:
+            verdict += " (diagnostic, expected FAIL)"
+        fmt = lambda x: "n/a" if x is None else f"{x:.3e}"  # noqa: E731
+        print(
+            f"{name:24s} K={k:3d} N={ref.shape[1]:3d} max_abs_err={fmt(row['max_abs_err'])} "
+            f"max_rel_err={fmt(row['max_rel_err'])} atol={tol:.4f} "
+            f"torch_fp32_err={fmt(row.get('torch_fp32_max_abs_err'))} "
+            f"nan={row.get('nan_count', 'n/a')} {verdict}"
+            + (f" error={row['error']}" if "error" in row else "")
+        )
+    return all_ok, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+    parser.add_argument("--selfcheck", action="store_true", help="CPU emulation only")
+    parser.add_argument("--emit-cuda", metavar="FILE", help="write the CUDA source and exit")
+    args = parser.parse_args(argv)
+    if args.emit_cuda:
+        with open(args.emit_cuda, "w") as f:
+            f.write(cuda_source())
+        return 0
+    if args.selfcheck:
+        return 0 if selfcheck() else 1
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to probe (use --selfcheck for the CPU emulation)")
+        return 2
+    cap = torch.cuda.get_device_capability()
+    if cap != (9, 0):
+        print(f"needs an sm_90 (Hopper) GPU for wgmma with sm_90a, got sm_{cap[0]}{cap[1]}")
+        return 2
+    print(f"device: {torch.cuda.get_device_name()}")
+    if not selfcheck():
+        print("selfcheck failed: the GPU run would test inconsistent layouts")
+        return 1
+    try:
+        all_ok, rows = run_gpu()
+    except Exception as exc:  # the build, most likely
+        print(f"FAIL: {type(exc).__name__}: {exc}")
+        all_ok, rows = False, [{"error": f"{type(exc).__name__}: {exc}"}]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"device": torch.cuda.get_device_name(), "all_pass": all_ok, "tests": rows},
+                f,
+                indent=2,
+            )
+    print("ALL PASS" if all_ok else "SOME TESTS FAILED")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
