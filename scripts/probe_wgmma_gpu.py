@@ -14,6 +14,10 @@ tests, each against a float64 reference of the same bf16 inputs on the CPU:
                    from shared memory, B = V MN-major (imm-trans-b = 1), eight m64n64k16 pieces.
   pv_ss_n256       the same with two m64n256k16 halves (B spans 4 swizzle atoms along N: LBO).
   pv_rs_n256       the same with A = P from registers (the `{a regs}` form).
+  qk_pv_chain_rs   S = Q K^T as in the first, then O = bf16(S) V[:, :512] with A taken straight
+                   from S's accumulators (column groups 2s, 2s + 1 are K step s's fragment), as
+                   a flash-attention kernel hands its probabilities on; O against bf16(S as the
+                   GPU computed it) V, S against Q K^T.
   diag_pv_ss_n256_swapped   pv_ss_n256 with B's LBO and SBO swapped: expected to FAIL; it only
                    shows that the test can tell the two apart, and does not count for the exit.
 
@@ -224,6 +228,61 @@ __global__ void __launch_bounds__(128) pv_kernel(const uint4* p, const uint4* v,
     }
 }
 
+// S = Q K^T as in qk_kernel, then O = bf16(S) V[:, :512] with A taken straight from S's
+// accumulators, as a flash-attention kernel hands its probabilities on: for K step s (columns
+// 16s..16s+15 of S) a thread's A fragment is its accumulator column groups 2s and 2s + 1 (same
+// rows, same columns within the group). Writes O to columns 0..511 of out (64 x 576) and S (fp32,
+// for the reference) to columns 512..575.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4* kv, float* out,
+                                                     int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
+    fill_sw128(sq, q, DIM);
+    fill_sw128(sk, kv, DIM);
+    smem_to_async_proxy();
+    float d[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) d[i] = 0.f;
+    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < DIM / 16; ++ks) {
+        const uint32_t off = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
+        wgmma_ss(d, make_desc(q0 + off, a_lbo, a_sbo), make_desc(k0 + off, a_lbo, a_sbo), 1);
+    }
+    wg_commit();
+    wg_wait0();
+    acc_fence<32>(d);
+    store_acc<64>(d, out, DIM, DV);
+    uint32_t a[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[s][r] = pack_bf16(d[8 * s + 2 * r], d[8 * s + 2 * r + 1]);
+    }
+#pragma unroll 1
+    for (int n0 = 0; n0 < DV; n0 += 256) {
+        float o[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] = 0.f;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            wgmma_rs_t(o, a[ks], make_desc(k0 + (n0 / 64) * CHUNK_BYTES + ks * 16 * 128, b_lbo, b_sbo));
+        }
+        wg_commit();
+        wg_wait0();
+        acc_fence<128>(o);
+        store_acc<256>(o, out, DIM, n0);
+    }
+}
+
 static void check(cudaError_t err) {
     if (err != cudaSuccess) {
         cudaGetLastError();  // not left for torch's next launch check to blame on another op
@@ -242,7 +301,8 @@ static void launch_pv(cudaStream_t s, const void* p, const void* v, float* o, in
 }
 
 // test 0: qk_kernel (a = Q, b = K, a_lbo/a_sbo for both); 1: pv_kernel n64, A from shared
-// memory; 2: n256, A from shared memory; 3: n256, A from registers (a = P, b = the cache tile).
+// memory; 2: n256, A from shared memory; 3: n256, A from registers (a = P, b = the cache tile);
+// 4: qk_pv_kernel (a = Q, b = the cache tile; a_lbo/a_sbo K-major, b_lbo/b_sbo V's).
 void launch_probe(int test, long long a, long long b, long long out, int a_lbo, int a_sbo,
                   int b_lbo, int b_sbo, long long stream) {
     const cudaStream_t s = (cudaStream_t)stream;
@@ -259,6 +319,11 @@ void launch_probe(int test, long long a, long long b, long long out, int a_lbo, 
         launch_pv<256, false>(s, pa, pb, po, a_lbo, a_sbo, b_lbo, b_sbo);
     } else if (test == 3) {
         launch_pv<256, true>(s, pa, pb, po, a_lbo, a_sbo, b_lbo, b_sbo);
+    } else if (test == 4) {
+        const int smem = 2 * DIM_CHUNKS * CHUNK_BYTES + 1024;
+        check(cudaFuncSetAttribute(qk_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        qk_pv_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
+                                          b_lbo, b_sbo);
     } else {
         throw std::runtime_error("probe_wgmma: unknown test " + std::to_string(test));
     }
@@ -444,12 +509,33 @@ def fragment_maps_ok() -> bool:
     return ok and bool((seen == 1).all())
 
 
+def accumulator_is_a_fragment() -> bool:
+    """qk_pv_kernel's packing a[s][r] = (d[8s + 2r], d[8s + 2r + 1]) puts, for every thread, the
+    accumulator elements of S at exactly the (row, column) of load_a_frag's A fragment for K step
+    s (so S's registers feed the next wgmma without a trip through shared memory)."""
+    tid = np.arange(128)
+    lane, warp = tid % 32, tid // 32
+    row, col = 16 * warp + lane // 4, 2 * (lane % 4)
+    acc = {}  # d index -> (row, col) of the m64n64 accumulator
+    for j in range(8):
+        for e, (dr, dc) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
+            acc[4 * j + e] = (row + dr, col + 8 * j + dc)
+    ok = True
+    for s in range(4):
+        for r, (dr, dc) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):  # load_a_frag's a[r]
+            for half in (0, 1):
+                want = (row + dr, 16 * s + col + dc + half)
+                got = acc[8 * s + 2 * r + half]
+                ok &= bool((got[0] == want[0]).all() and (got[1] == want[1]).all())
+    return ok
+
+
 def selfcheck() -> bool:
     results = emulate()
     ok = all(v == 0 for v in results.values())
     for name, n_bad in results.items():
         print(f"selfcheck {name:22s} mismatches {n_bad:6d} {'PASS' if n_bad == 0 else 'FAIL'}")
-    frag = fragment_maps_ok()
+    frag = fragment_maps_ok() and accumulator_is_a_fragment()
     print(f"selfcheck {'fragment maps':22s} {'PASS' if frag else 'FAIL'}")
     # Negative controls: each must break the emulated read-back, or the check is vacuous.
     controls = {
@@ -472,6 +558,7 @@ TESTS = [  # name, launch id, A (lbo, sbo), B (lbo, sbo), counts for the exit co
     ("pv_ss_n64", 1, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("pv_ss_n256", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("pv_rs_n256", 3, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
+    ("qk_pv_chain_rs", 4, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("diag_pv_ss_n256_swapped", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_SBO, MNMAJOR_LBO), False),
 ]
 
@@ -497,10 +584,10 @@ def run_gpu() -> tuple[bool, list[dict]]:
     stream = torch.cuda.current_stream().cuda_stream
     rows, all_ok = [], True
     for name, test, (a_lbo, a_sbo), (b_lbo, b_sbo), counts in TESTS:
-        which = 0 if test == 0 else 1
+        which = 0 if test in (0, 4) else 1
         ref, k = refs[which]
-        out = torch.full((ROWS, ref.shape[1]), float("nan"), device=dev)
-        a, b = (qd, kvd) if test == 0 else (pd, kvd)
+        out = torch.full((ROWS, DIM if test == 4 else ref.shape[1]), float("nan"), device=dev)
+        a, b = (qd, kvd) if test in (0, 4) else (pd, kvd)
         tol = 1e-3 * math.sqrt(k)
         row = {"test": name, "K": k, "N_out": ref.shape[1], "atol": tol, "counts": counts,
                "a_lbo": a_lbo, "a_sbo": a_sbo, "b_lbo": b_lbo, "b_sbo": b_sbo}  # fmt: skip
@@ -510,6 +597,9 @@ def run_gpu() -> tuple[bool, list[dict]]:
                 stream,
             )  # fmt: skip
             torch.cuda.synchronize()
+            if test == 4:  # O against bf16(S as the GPU computed it) V; S against Q K^T
+                s_gpu = out[:, DV:].to(torch.bfloat16).cpu().double()
+                ref = torch.cat([s_gpu @ kv[:, :DV].double(), ref], dim=1)
             err = (out.cpu().double() - ref).abs()
             n_nan = int(err.isnan().sum())  # the output starts as NaN: unwritten elements show
             max_abs = float(err.nan_to_num(float("inf")).max())

@@ -25,7 +25,7 @@ def _script():
 def test_the_descriptors_read_back_every_operand_element_where_the_fill_put_it() -> None:
     script = _script()
     assert script.emulate() == {"qk_kmajor_n64": 0, "pv_ss_n64": 0, "pv_ss_n256": 0}
-    assert script.fragment_maps_ok()
+    assert script.fragment_maps_ok() and script.accumulator_is_a_fragment()
 
 
 @pytest.mark.parametrize(
