@@ -448,8 +448,9 @@ GEMV_SHARED_PLANS = [
 # 96 clusters of four fit at once, and alone it took 25.9 us against the Triton kernel's 19.5.
 # Here, beside that one: four blocks an SM (2 warps, ring of 4) and clusters of two (split 2,
 # 32 rows a block: 192 clusters, 384 blocks; at 4 warps and a ring of 4 still three blocks an
-# SM), which may fit in one wave (the profile's Max Active Clusters says). Session 52 (H100): all
-# fit at once and all lose alone, the best (split 2, ring 3) 29.1 us against 24.8: dropped.
+# SM), which may fit in one wave (the profile's Max Active Clusters says). Session 52 (H100): the
+# two profiled fit at once, and every configuration loses alone, the best (split 2, ring 3)
+# 29.1 us against 24.8: dropped.
 CLUSTER_QKV_PLANS = [
     Plan(
         "rmsnorm_linear_rope",
