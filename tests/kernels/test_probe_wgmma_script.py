@@ -1,9 +1,10 @@
-"""scripts/probe_wgmma_gpu.py: its CPU side (the layout emulation behind --selfcheck, the
-generated wgmma wrappers, the no-GPU exit); the GPU run itself is recorded under
-docs/benchmarks/ (session 52)."""
+"""scripts/probe_wgmma_gpu.py: its CPU side (the layout emulation behind --selfcheck, the CUDA
+source's build, the no-GPU exit); the GPU runs are recorded under docs/benchmarks/ (session 52)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,9 +14,22 @@ import pytest
 from tests.source_files import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
-NVCC = shutil.which("nvcc") or next(
-    (p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None
-)
+
+
+def _nvcc_with_sm90a() -> str | None:
+    """An nvcc (on PATH or under CUDA_HOME or /usr/local/cuda) that can build for sm_90a: CUDA
+    12.0 or later (its --list-gpu-arch names compute_90, not the `a` variants)."""
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    for nvcc in (shutil.which("nvcc"), str(Path(home) / "bin" / "nvcc")):
+        if nvcc and Path(nvcc).exists():
+            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+            release = re.search(r"release (\d+)\.", version)
+            if release and int(release.group(1)) >= 12:
+                return nvcc
+    return None
+
+
+NVCC = _nvcc_with_sm90a()
 
 
 def _script():
@@ -40,24 +54,16 @@ def test_the_emulation_catches_a_wrong_layout(change, test) -> None:
     assert _script().emulate(**change)[test] > 0
 
 
-def test_the_source_has_one_wgmma_wrapper_per_shape_and_operand_form() -> None:
-    source = _script().cuda_source()
-    assert "@WGMMA@" not in source
-    for shape in ("m64n64k16", "m64n256k16"):
-        assert f"wgmma.mma_async.sync.aligned.{shape}.f32.bf16.bf16" in source
-    # ss (K-major B), ss_t at n64 and n256, rs_t at n64 and n256
-    assert source.count("__device__ __forceinline__ void wgmma_") == 5
-
-
-@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+@pytest.mark.skipif(NVCC is None, reason="no nvcc that builds for sm_90a on this machine")
 def test_the_source_builds_for_sm90a(tmp_path) -> None:
     cu = tmp_path / "probe.cu"
     cu.write_text(_script().cuda_source())
-    subprocess.run(
+    built = subprocess.run(
         [NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-c", str(cu), "-o", str(tmp_path / "probe.o")],
-        check=True,
         capture_output=True,
+        text=True,
     )  # fmt: skip
+    assert built.returncode == 0, built.stderr
 
 
 def test_without_a_gpu_it_says_so_and_exits_2(capsys) -> None:
