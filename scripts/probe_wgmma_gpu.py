@@ -18,6 +18,10 @@ tests, each against a float64 reference of the same bf16 inputs on the CPU:
                    from S's accumulators (column groups 2s, 2s + 1 are K step s's fragment), as
                    a flash-attention kernel hands its probabilities on; O against bf16(S as the
                    GPU computed it) V, S against Q K^T.
+  tile32_chain_ss_tt   the split kernel's 32-row tiles: S = Q K^T with a 32-row tile
+                   (m64n32k16), P = bf16(S) stored from the accumulators, transposed, into the
+                   tile's rope chunk, then O = P V with P an MN-major A operand (trans-a) and V
+                   MN-major with the 4 KiB chunks' LBO (4096); checked as the chained test.
   diag_pv_ss_n256_swapped   pv_ss_n256 with B's LBO and SBO swapped: must FAIL (a numerical
                    miss, not a launch error): it shows that the tests can tell the two apart.
 
@@ -28,9 +32,10 @@ misplaced operand element moves an output by O(1); on an H100 (session 52) the e
 6.4e-05 at K = 576, 4.2e-06 at K = 64 and 1.2e-04 in the chained test. torch's own float32 matmul
 error on the same GPU (TF32 off; for the chained test, of S) is printed beside it for scale.
 
-Scope: one CTA, one warpgroup, 64-row operands, wait_group 0 and scale-d 1 only; the operands are
-written by the threads' own stores in the layout TMA's 128-byte swizzle produces (TMA itself is
-not run), and P in shared memory is copied from global memory, not stored from accumulators.
+Scope: one CTA, one warpgroup, wait_group 0 and scale-d 1 only; the operands are written by the
+threads' own stores in the layout TMA's 128-byte swizzle produces (TMA itself is not run); P is
+stored from accumulators into shared memory only in the 32-row test, and by the same warpgroup
+that reads it (no hand-off between warpgroups).
 
 Descriptors (PTX ISA, "Matrix Descriptor Format"): start address, LBO and SBO each
 (x & 0x3FFFF) >> 4 in bits 0-13, 16-29 and 32-45, base offset 0 (every swizzle pattern starts on
@@ -63,6 +68,8 @@ SW128 = 1  # descriptor swizzle mode 1 = 128-byte swizzle
 # Descriptor strides in bytes (module docstring): K-major (A, and B of Q K^T), MN-major (B = V).
 KMAJOR_LBO, KMAJOR_SBO = 16, 1024
 MNMAJOR_LBO, MNMAJOR_SBO = CHUNK_BYTES, 1024
+TILE = 32  # the 32-row cache tiles of tile32_kernel: chunks of 4 KiB, so V's and P's LBO is 4096
+TILE_LBO = TILE * 128
 # Shared-memory regions of the kernels, offsets from a 1024-byte-aligned base (as in CUDA_SRC).
 QK_REGIONS = {"q": 0, "k": (DIM // 64) * CHUNK_BYTES}
 PV_REGIONS = {"p": 0, "v": CHUNK_BYTES}
@@ -102,13 +109,15 @@ __device__ __forceinline__ unsigned char* align1024(unsigned char* p) {
     return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
 }
 
-// Row-major global [64][cols] bf16 -> chunked SW128 at dst, with plain 16-byte stores.
-__device__ __forceinline__ void fill_sw128(unsigned char* dst, const uint4* src, int cols) {
+// Row-major global [rows][cols] bf16 -> chunked SW128 at dst (chunks of rows x 128 bytes), with
+// plain 16-byte stores.
+__device__ __forceinline__ void fill_sw128(unsigned char* dst, const uint4* src, int rows,
+                                           int cols) {
     const int units_per_row = cols / 8;
-    for (int u = threadIdx.x; u < ROWS * units_per_row; u += blockDim.x) {
+    for (int u = threadIdx.x; u < rows * units_per_row; u += blockDim.x) {
         const int row = u / units_per_row, c16 = u % units_per_row;
         const int chunk = c16 / 8, unit = c16 % 8;
-        *(uint4*)(dst + chunk * CHUNK_BYTES + row * 128 + ((unit ^ (row & 7)) << 4)) = src[u];
+        *(uint4*)(dst + chunk * rows * 128 + row * 128 + ((unit ^ (row & 7)) << 4)) = src[u];
     }
 }
 
@@ -163,8 +172,8 @@ __global__ void __launch_bounds__(128) qk_kernel(const uint4* q, const uint4* k,
     extern __shared__ unsigned char smem_raw[];
     unsigned char* sq = align1024(smem_raw);
     unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
-    fill_sw128(sq, q, DIM);
-    fill_sw128(sk, k, DIM);
+    fill_sw128(sq, q, ROWS, DIM);
+    fill_sw128(sk, k, ROWS, DIM);
     smem_to_async_proxy();
     float d[32];
 #pragma unroll
@@ -203,8 +212,8 @@ __global__ void __launch_bounds__(128) pv_kernel(const uint4* p, const uint4* v,
     extern __shared__ unsigned char smem_raw[];
     unsigned char* sp = align1024(smem_raw);
     unsigned char* sv = sp + CHUNK_BYTES;
-    fill_sw128(sp, p, 64);
-    fill_sw128(sv, v, DIM);
+    fill_sw128(sp, p, ROWS, 64);
+    fill_sw128(sv, v, ROWS, DIM);
     smem_to_async_proxy();
     const uint32_t p0 = smem_u32(sp), v0 = smem_u32(sv);
     uint32_t a[4][4];
@@ -249,8 +258,8 @@ __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4*
     extern __shared__ unsigned char smem_raw[];
     unsigned char* sq = align1024(smem_raw);
     unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
-    fill_sw128(sq, q, DIM);
-    fill_sw128(sk, kv, DIM);
+    fill_sw128(sq, q, ROWS, DIM);
+    fill_sw128(sk, kv, ROWS, DIM);
     smem_to_async_proxy();
     float d[32];
 #pragma unroll
@@ -289,6 +298,71 @@ __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4*
     }
 }
 
+// The split kernel's 32-row tiles (the Gluon kernel's block_n 32): S = Q K^T with K a 32-row tile
+// (m64n32k16 x 36; the tile's chunks are 32 rows x 128 bytes, 4 KiB), then P = bf16(S) stored
+// from the accumulators, transposed (positions x heads, heads contiguous), into the tile's rope
+// chunk (chunk 8, which only the scores read), then O = P V[:, :512] with A = P an MN-major
+// operand from that chunk (imm-trans-a = 1) and B = V MN-major (LBO 4096: the next 64 columns
+// are the next 4 KiB chunk). a_lbo/a_sbo: the K-major strides of S; b_lbo/b_sbo: the MN-major
+// strides of P and V. Writes O to columns 0..511 of out (64 x 544) and S to 512..543.
+constexpr int TILE = 32;
+
+__global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4* kv, float* out,
+                                                      int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
+    fill_sw128(sq, q, ROWS, DIM);
+    fill_sw128(sk, kv, TILE, DIM);
+    smem_to_async_proxy();
+    float d[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) d[i] = 0.f;
+    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < DIM / 16; ++ks) {
+        const uint32_t qoff = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
+        const uint32_t koff = (ks / 4) * TILE * 128 + (ks % 4) * 32;
+        wgmma_ss(d, make_desc(q0 + qoff, a_lbo, a_sbo), make_desc(k0 + koff, a_lbo, a_sbo), 1);
+    }
+    wg_commit();
+    wg_wait0();
+    acc_fence<16>(d);
+    store_acc<32>(d, out, DV + TILE, DV);
+    // P^T[k][m] (k = position, m = head) at byte 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8)
+    unsigned char* sp = sk + (DIM_CHUNKS - 1) * TILE * 128;
+    const int lane = threadIdx.x % 32;
+    const int m0 = 16 * (threadIdx.x / 32) + lane / 4, kc = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int m = m0 + (e >= 2 ? 8 : 0), k = 8 * j + kc + (e & 1);
+            *(__nv_bfloat16*)(sp + k * 128 + (((m / 8) ^ (k % 8)) << 4) + (m % 8) * 2) =
+                __float2bfloat16_rn(d[4 * j + e]);
+        }
+    }
+    smem_to_async_proxy();
+    const uint32_t p0 = smem_u32(sp);
+#pragma unroll 1
+    for (int n0 = 0; n0 < DV; n0 += 256) {
+        float o[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] = 0.f;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            wgmma_ss_tt(o, make_desc(p0 + ks * 16 * 128, b_lbo, b_sbo),
+                        make_desc(k0 + (n0 / 64) * TILE * 128 + ks * 16 * 128, b_lbo, b_sbo));
+        }
+        wg_commit();
+        wg_wait0();
+        acc_fence<128>(o);
+        store_acc<256>(o, out, DV + TILE, n0);
+    }
+}
+
 static void check(cudaError_t err) {
     if (err != cudaSuccess) {
         cudaGetLastError();  // not left for torch's next launch check to blame on another op
@@ -308,7 +382,8 @@ static void launch_pv(cudaStream_t s, const void* p, const void* v, float* o, in
 
 // test 0: qk_kernel (a = Q, b = K, a_lbo/a_sbo for both); 1: pv_kernel n64, A from shared
 // memory; 2: n256, A from shared memory; 3: n256, A from registers (a = P, b = the cache tile);
-// 4: qk_pv_kernel (a = Q, b = the cache tile; a_lbo/a_sbo K-major, b_lbo/b_sbo V's).
+// 4: qk_pv_kernel (a = Q, b = the cache tile; a_lbo/a_sbo K-major, b_lbo/b_sbo V's); 5:
+// tile32_kernel (a = Q, b = a 32-row cache tile; the same strides, b's also P's).
 void launch_probe(int test, long long a, long long b, long long out, int a_lbo, int a_sbo,
                   int b_lbo, int b_sbo, long long stream) {
     const cudaStream_t s = (cudaStream_t)stream;
@@ -330,6 +405,11 @@ void launch_probe(int test, long long a, long long b, long long out, int a_lbo, 
         check(cudaFuncSetAttribute(qk_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         qk_pv_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
                                           b_lbo, b_sbo);
+    } else if (test == 5) {
+        const int smem = DIM_CHUNKS * (CHUNK_BYTES + TILE * 128) + 1024;
+        check(cudaFuncSetAttribute(tile32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        tile32_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
+                                           b_lbo, b_sbo);
     } else {
         throw std::runtime_error("probe_wgmma: unknown test " + std::to_string(test));
     }
@@ -346,14 +426,16 @@ void launch_probe(int test, long long a, long long b, long long out, int a_lbo, 
 def _wgmma_wrappers() -> str:
     """The inline-PTX wgmma calls, one accumulator operand per register (hence generated), as
     overloads on the accumulator array's size N/2: wgmma_ss (A and B K-major from shared memory,
-    N = 64), wgmma_ss_t (A from shared memory, B transposed = MN-major) and wgmma_rs_t (A from
-    registers, B MN-major), N in {64, 256}. scale-d is a predicate (D = A B + D when true)."""
+    N = 32 or 64), wgmma_ss_t (A K-major, B transposed = MN-major; N = 64 or 256), wgmma_ss_tt
+    (both MN-major, N = 256) and wgmma_rs_t (A from registers, B MN-major, N = 256). scale-d is a predicate (D = A B + D when true)."""
     out = []
-    for name, n, a_regs, trans_b in (
-        ("wgmma_ss", 64, False, 0),
-        ("wgmma_ss_t", 64, False, 1),
-        ("wgmma_ss_t", 256, False, 1),
-        ("wgmma_rs_t", 256, True, 1),
+    for name, n, a_regs, trans_a, trans_b in (
+        ("wgmma_ss", 64, False, 0, 0),
+        ("wgmma_ss", 32, False, 0, 0),
+        ("wgmma_ss_t", 64, False, 0, 1),
+        ("wgmma_ss_t", 256, False, 0, 1),
+        ("wgmma_ss_tt", 256, False, 1, 1),
+        ("wgmma_rs_t", 256, True, 0, 1),
     ):
         nd = n // 2
         if a_regs:  # d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
@@ -364,7 +446,7 @@ def _wgmma_wrappers() -> str:
                 ", ".join([f'"r"(a[{i}])' for i in range(4)] + ['"l"(db)', '"r"(scale_d)']),
             )
         else:  # d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
-            a_op, b_op, sc, imm = f"%{nd}", nd + 1, nd + 2, f"1, 1, 0, {trans_b}"
+            a_op, b_op, sc, imm = f"%{nd}", nd + 1, nd + 2, f"1, 1, {trans_a}, {trans_b}"
             params, ins = "uint64_t da, uint64_t db", '"l"(da), "l"(db), "r"(scale_d)'
         acc = ", ".join(f"%{i}" for i in range(nd))
         outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
@@ -423,13 +505,13 @@ def decode_desc(desc: int) -> tuple[int, int, int, int, int]:
 
 
 def fill_image(smem: np.ndarray, base: int, mat: np.ndarray) -> None:
-    """Mirror of fill_sw128: writes mat (64 x cols element ids) into smem (one slot per 2 bytes)
-    at byte offset base, with the same index arithmetic as the CUDA loop."""
+    """Mirror of fill_sw128: writes mat (rows x cols element ids) into smem (one slot per 2
+    bytes) at byte offset base, with the same index arithmetic as the CUDA loop."""
     rows, cols = mat.shape
     upr = cols // 8
     u = np.arange(rows * upr)
     row, c16 = u // upr, u % upr
-    dst = base + (c16 // 8) * CHUNK_BYTES + row * 128 + (((c16 % 8) ^ (row & 7)) << 4)
+    dst = base + (c16 // 8) * rows * 128 + row * 128 + (((c16 % 8) ^ (row & 7)) << 4)
     for e in range(8):  # the 8 bf16 of each 16-byte unit
         smem[(dst + 2 * e) // 2] = mat[row, c16 * 8 + e]
 
@@ -496,7 +578,43 @@ def emulate(base: int = 3 * 1024, mn_lbo: int = MNMAJOR_LBO, mn_sbo: int = MNMAJ
                 n_bad += int((got_a != pid[:, 16 * ks : 16 * ks + 16]).sum())
                 n_bad += int((got_b != ids[16 * ks : 16 * ks + 16, n0 : n0 + n]).sum())
         bad[f"pv_ss_n{n}"] = n_bad
+    bad["tile32_chain_ss_tt"] = _emulate_tile32(base, swizzle)
     return bad
+
+
+def _emulate_tile32(base: int, swizzle: Callable[[np.ndarray], np.ndarray]) -> int:
+    """As emulate, for tile32_kernel: Q and a 32-row tile read K-major, then P stored by the
+    kernel's formula into the tile's rope chunk and read back as an MN-major A operand, and V
+    read MN-major with the 32-row chunks' LBO. Returns the mismatches."""
+    ids = np.arange(ROWS * DIM).reshape(ROWS, DIM) + 1
+    kt = -ids[:TILE]
+    kbase = base + (DIM // 64) * CHUNK_BYTES
+    smem = np.zeros((kbase + (DIM // 64) * TILE * 128) // 2, np.int64)
+    fill_image(smem, base, ids)
+    fill_image(smem, kbase, kt)
+    n_bad = 0
+    for ks in range(DIM // 16):
+        da = encode_desc(base + (ks // 4) * CHUNK_BYTES + (ks % 4) * 32, KMAJOR_LBO, KMAJOR_SBO)
+        db = encode_desc(kbase + (ks // 4) * TILE * 128 + (ks % 4) * 32, KMAJOR_LBO, KMAJOR_SBO)
+        n_bad += int(
+            (smem[kmajor_addrs(da, ROWS, swizzle) // 2] != ids[:, 16 * ks : 16 * ks + 16]).sum()
+        )
+        n_bad += int(
+            (smem[kmajor_addrs(db, TILE, swizzle) // 2] != kt[:, 16 * ks : 16 * ks + 16]).sum()
+        )
+    pbase = kbase + (DIM // 64 - 1) * TILE * 128  # the rope chunk
+    pt = np.arange(ROWS * TILE).reshape(ROWS, TILE) + 10**7  # P[m, k]
+    m, k = np.meshgrid(np.arange(ROWS), np.arange(TILE), indexing="ij")
+    smem[(pbase + k * 128 + (((m // 8) ^ (k % 8)) << 4) + (m % 8) * 2) // 2] = pt
+    for n0 in (0, 256):
+        for ks in range(TILE // 16):
+            da = encode_desc(pbase + ks * 16 * 128, TILE_LBO, MNMAJOR_SBO)
+            db = encode_desc(kbase + (n0 // 64) * TILE * 128 + ks * 16 * 128, TILE_LBO, MNMAJOR_SBO)
+            got_a = smem[mnmajor_addrs(da, ROWS, swizzle) // 2]  # (kk, m) = P[m, 16 ks + kk]
+            got_b = smem[mnmajor_addrs(db, 256, swizzle) // 2]  # (kk, j) = V[16 ks + kk, n0 + j]
+            n_bad += int((got_a != pt[:, 16 * ks : 16 * ks + 16].T).sum())
+            n_bad += int((got_b != kt[16 * ks : 16 * ks + 16, n0 : n0 + 256]).sum())
+    return n_bad
 
 
 def fragment_maps_ok() -> bool:
@@ -571,6 +689,7 @@ TESTS = [  # name, launch id, A (lbo, sbo), B (lbo, sbo), must pass (False: must
     ("pv_ss_n256", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("pv_rs_n256", 3, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("qk_pv_chain_rs", 4, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
+    ("tile32_chain_ss_tt", 5, (KMAJOR_LBO, KMAJOR_SBO), (TILE_LBO, MNMAJOR_SBO), True),
     ("diag_pv_ss_n256_swapped", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_SBO, MNMAJOR_LBO), False),
 ]
 
@@ -588,21 +707,25 @@ def run_gpu() -> tuple[bool, list[dict]]:
     refs = {  # float64 on the CPU: exact products of the bf16 inputs, no TF32
         0: (q.double() @ kv.double().T, DIM),
         1: (p.double() @ kv[:, :DV].double(), 64),
+        2: (q.double() @ kv[:TILE].double().T, DIM),
     }
     torch.backends.cuda.matmul.allow_tf32 = False
     qd, kvd, pd = q.to(dev), kv.to(dev), p.to(dev)
+    kv32d = kvd[:TILE].contiguous()
     torch_fp32 = {  # torch's own float32 product on this GPU, for scale
         0: (qd.float() @ kvd.float().T).cpu().double(),
         1: (pd.float() @ kvd[:, :DV].float()).cpu().double(),
+        2: (qd.float() @ kv32d.float().T).cpu().double(),
     }
     ext = _ext()
     stream = torch.cuda.current_stream().cuda_stream
     rows, all_ok = [], True
     for name, test, (a_lbo, a_sbo), (b_lbo, b_sbo), must_pass in TESTS:
-        which = 0 if test in (0, 4) else 1
+        which = 0 if test in (0, 4) else 2 if test == 5 else 1
         ref, k = refs[which]
-        out = torch.full((ROWS, DIM if test == 4 else ref.shape[1]), float("nan"), device=dev)
-        a, b = (qd, kvd) if test in (0, 4) else (pd, kvd)
+        width = {4: DIM, 5: DV + TILE}.get(test, ref.shape[1])
+        out = torch.full((ROWS, width), float("nan"), device=dev)
+        a, b = (qd, kvd) if test in (0, 4) else (qd, kv32d) if test == 5 else (pd, kvd)
         tol = 1e-3 * math.sqrt(k)
         row = {"test": name, "K": k, "N_out": out.shape[1], "atol": tol, "must_pass": must_pass,
                "a_lbo": a_lbo, "a_sbo": a_sbo, "b_lbo": b_lbo, "b_sbo": b_sbo}  # fmt: skip
@@ -612,9 +735,9 @@ def run_gpu() -> tuple[bool, list[dict]]:
                 stream,
             )  # fmt: skip
             torch.cuda.synchronize()
-            if test == 4:  # O against bf16(S as the GPU computed it) V; S against Q K^T
+            if test in (4, 5):  # O against bf16(S as the GPU computed it) V; S against Q K^T
                 s_gpu = out[:, DV:].to(torch.bfloat16).cpu().double()
-                ref = torch.cat([s_gpu @ kv[:, :DV].double(), ref], dim=1)
+                ref = torch.cat([s_gpu @ kv[: s_gpu.shape[1], :DV].double(), ref], dim=1)
             err = (out.cpu().double() - ref).abs()
             n_nan = int(err.isnan().sum())  # the output starts as NaN: unwritten elements show
             max_abs = float(err.nan_to_num(float("inf")).max())
