@@ -165,8 +165,26 @@ __device__ __forceinline__ void store_acc(const float* d, float* out, int ld, in
     }
 }
 
-// S[64][64] = Q K^T: A = Q, B = K, both K-major chunked SW128. K step ks (16 columns, 32 bytes)
-// starts at chunk ks/4, byte 32 (ks%4) of the chunk's first row.
+// S[64][N] = Q K^T for a K tile of N rows: A = Q (chunks of 64 rows), B = K (chunks of N rows),
+// both K-major chunked SW128. K step ks (16 columns, 32 bytes) starts at chunk ks/4, byte 32 (ks%4)
+// of the chunk's first row. Waits for the products.
+template <int N>
+__device__ __forceinline__ void scores(float (&d)[N / 2], uint32_t q0, uint32_t k0, int lbo,
+                                       int sbo) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < DIM / 16; ++ks) {
+        const uint32_t qoff = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
+        const uint32_t koff = (ks / 4) * N * 128 + (ks % 4) * 32;
+        wgmma_ss(d, make_desc(q0 + qoff, lbo, sbo), make_desc(k0 + koff, lbo, sbo), 1);
+    }
+    wg_commit();
+    wg_wait0();
+    acc_fence<N / 2>(d);
+}
+
 __global__ void __launch_bounds__(128) qk_kernel(const uint4* q, const uint4* k, float* s,
                                                   int lbo, int sbo) {
     extern __shared__ unsigned char smem_raw[];
@@ -176,18 +194,7 @@ __global__ void __launch_bounds__(128) qk_kernel(const uint4* q, const uint4* k,
     fill_sw128(sk, k, ROWS, DIM);
     smem_to_async_proxy();
     float d[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) d[i] = 0.f;
-    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk);
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < DIM / 16; ++ks) {
-        const uint32_t off = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
-        wgmma_ss(d, make_desc(q0 + off, lbo, sbo), make_desc(k0 + off, lbo, sbo), 1);
-    }
-    wg_commit();
-    wg_wait0();
-    acc_fence<32>(d);
+    scores<64>(d, smem_u32(sq), smem_u32(sk), lbo, sbo);
     store_acc<64>(d, s, 64, 0);
 }
 
@@ -262,18 +269,8 @@ __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4*
     fill_sw128(sk, kv, ROWS, DIM);
     smem_to_async_proxy();
     float d[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) d[i] = 0.f;
-    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk);
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < DIM / 16; ++ks) {
-        const uint32_t off = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
-        wgmma_ss(d, make_desc(q0 + off, a_lbo, a_sbo), make_desc(k0 + off, a_lbo, a_sbo), 1);
-    }
-    wg_commit();
-    wg_wait0();
-    acc_fence<32>(d);
+    const uint32_t k0 = smem_u32(sk);
+    scores<64>(d, smem_u32(sq), k0, a_lbo, a_sbo);
     store_acc<64>(d, out, DIM, DV);
     uint32_t a[4][4];
 #pragma unroll
@@ -316,19 +313,8 @@ __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4
     fill_sw128(sk, kv, TILE, DIM);
     smem_to_async_proxy();
     float d[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) d[i] = 0.f;
-    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk);
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < DIM / 16; ++ks) {
-        const uint32_t qoff = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
-        const uint32_t koff = (ks / 4) * TILE * 128 + (ks % 4) * 32;
-        wgmma_ss(d, make_desc(q0 + qoff, a_lbo, a_sbo), make_desc(k0 + koff, a_lbo, a_sbo), 1);
-    }
-    wg_commit();
-    wg_wait0();
-    acc_fence<16>(d);
+    const uint32_t k0 = smem_u32(sk);
+    scores<TILE>(d, smem_u32(sq), k0, a_lbo, a_sbo);
     store_acc<32>(d, out, DV + TILE, DV);
     // P^T[k][m] (k = position, m = head) at byte 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8)
     unsigned char* sp = sk + (DIM_CHUNKS - 1) * TILE * 128;
