@@ -2,9 +2,10 @@
 128-byte swizzle on the real GPU, before MLA's decode split kernel is built on them.
 
 One CTA of 128 threads (one warpgroup) per test; CUDA C++ with inline PTX, built at run time with
-torch's load_inline for `sm_90a` (wgmma needs the `a` target). Every operand is a 64-row bf16
-matrix that the threads copy from global to shared memory themselves in the layout TMA writes
-with CU_TENSOR_MAP_SWIZZLE_128B and a 64-element box width ("chunked SW128", see CUDA_SRC). The
+torch's load_inline for `sm_90a` (wgmma needs the `a` target). Every operand is a bf16 matrix of
+64 rows (32 for the split kernel's cache tiles) that the threads copy from global to shared memory
+themselves in the layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and a 64-element box width
+("chunked SW128", see CUDA_SRC). The
 tests, each against a float64 reference of the same bf16 inputs on the CPU:
 
   qk_kmajor_n64    S = Q K^T (64 x 576 by 64 x 576), both operands K-major from shared memory,
@@ -29,7 +30,7 @@ Inputs are random normal bf16 (seed 0, no zeros). The products of bf16 values ar
 float32, so the only error left is float32 accumulation (order unspecified, 9.7.15.5.2): a test
 passes when max |out - ref| <= 1e-3 sqrt(K) (0.024 for K = 576, 0.008 for K = 64), where a
 misplaced operand element moves an output by O(1); on an H100 (session 52) the errors were
-6.4e-05 at K = 576, 4.2e-06 at K = 64 and 1.2e-04 in the chained test. torch's own float32 matmul
+6.4e-05 at K = 576, 4.2e-06 at K = 64, 1.2e-04 and 5.8e-05 in the chained tests. torch's own float32 matmul
 error on the same GPU (TF32 off; for the chained test, of S) is printed beside it for scale.
 
 Scope: one CTA, one warpgroup, wait_group 0 and scale-d 1 only; the operands are written by the
@@ -40,8 +41,9 @@ that reads it (no hand-off between warpgroups).
 Descriptors (PTX ISA, "Matrix Descriptor Format"): start address, LBO and SBO each
 (x & 0x3FFFF) >> 4 in bits 0-13, 16-29 and 32-45, base offset 0 (every swizzle pattern starts on
 a 1024-byte boundary), swizzle mode 1 (128B) in bits 62-63. K-major operands: LBO 16 ("not used,
-assumed to be 1"), SBO 1024 (8 rows of 128 bytes). MN-major B (V): LBO 8192 (from one 64-element
-swizzle atom along N to the next, i.e. the next chunk), SBO 1024 (from 8 K rows to the next 8).
+assumed to be 1"), SBO 1024 (8 rows of 128 bytes). MN-major operands (V; P in the 32-row test):
+LBO the chunk's size, 8192 at 64 rows and 4096 at 32 (from one 64-element swizzle atom along MN
+to the next, i.e. the next chunk), SBO 1024 (from 8 K rows to the next 8).
 
     python3 scripts/probe_wgmma_gpu.py [--json OUT.json]   # on an H100/H200: exit 0 = all pass
     python3 scripts/probe_wgmma_gpu.py --selfcheck         # CPU only: emulate layouts/addresses
