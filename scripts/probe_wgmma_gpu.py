@@ -23,6 +23,11 @@ tests, each against a float64 reference of the same bf16 inputs on the CPU:
                    (m64n32k16), P = bf16(S) stored from the accumulators, transposed, into the
                    tile's rope chunk, then O = P V with P an MN-major A operand (trans-a) and V
                    MN-major with the 4 KiB chunks' LBO (4096); checked as the chained test.
+  handoff_two_warpgroups   the same tile with the split kernel's two warpgroups: the first
+                   computes S and stores P, fence.proxy.async, a named barrier; then it multiplies
+                   O[:, :256] with P from registers and, that product in flight, issues S again
+                   (wait_group 1, then 0), while the second multiplies O[:, 256:] with P from
+                   shared memory.
   diag_pv_ss_n256_swapped   pv_ss_n256 with B's LBO and SBO swapped: must FAIL (a numerical
                    miss, not a launch error): it shows that the tests can tell the two apart.
 
@@ -33,10 +38,9 @@ misplaced operand element moves an output by O(1); on an H100 (session 52) the e
 6.4e-05 at K = 576, 4.2e-06 at K = 64, 1.2e-04 and 5.8e-05 in the chained tests. torch's own float32 matmul
 error on the same GPU (TF32 off; for the chained test, of S) is printed beside it for scale.
 
-Scope: one CTA, one warpgroup, wait_group 0 and scale-d 1 only; the operands are written by the
-threads' own stores in the layout TMA's 128-byte swizzle produces (TMA itself is not run); P is
-stored from accumulators into shared memory only in the 32-row test, and by the same warpgroup
-that reads it (no hand-off between warpgroups).
+Scope: one CTA, one warpgroup (two in the hand-off test), scale-d 1 only; the operands are written
+by the threads' own stores in the layout TMA's 128-byte swizzle produces (TMA itself is not run,
+nor mbarriers: the hand-off uses a named barrier).
 
 Descriptors (PTX ISA, "Matrix Descriptor Format"): start address, LBO and SBO each
 (x & 0x3FFFF) >> 4 in bits 0-13, 16-29 and 32-45, base offset 0 (every swizzle pattern starts on
@@ -140,6 +144,9 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+__device__ __forceinline__ void wg_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 __device__ __forceinline__ void wg_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
@@ -157,7 +164,7 @@ __device__ __forceinline__ void acc_fence(float* d) {
 template <int N>
 __device__ __forceinline__ void store_acc(const float* d, float* out, int ld, int col0) {
     const int lane = threadIdx.x % 32;
-    const int row = 16 * (threadIdx.x / 32) + lane / 4, col = col0 + 2 * (lane % 4);
+    const int row = 16 * (threadIdx.x % 128 / 32) + lane / 4, col = col0 + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < N / 8; ++j) {
         out[row * ld + col + 8 * j] = d[4 * j];
@@ -171,8 +178,8 @@ __device__ __forceinline__ void store_acc(const float* d, float* out, int ld, in
 // both K-major chunked SW128. K step ks (16 columns, 32 bytes) starts at chunk ks/4, byte 32 (ks%4)
 // of the chunk's first row. Waits for the products.
 template <int N>
-__device__ __forceinline__ void scores(float (&d)[N / 2], uint32_t q0, uint32_t k0, int lbo,
-                                       int sbo) {
+__device__ __forceinline__ void issue_scores(float (&d)[N / 2], uint32_t q0, uint32_t k0, int lbo,
+                                             int sbo) {
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
     wg_fence();
@@ -183,6 +190,12 @@ __device__ __forceinline__ void scores(float (&d)[N / 2], uint32_t q0, uint32_t 
         wgmma_ss(d, make_desc(q0 + qoff, lbo, sbo), make_desc(k0 + koff, lbo, sbo), 1);
     }
     wg_commit();
+}
+
+template <int N>
+__device__ __forceinline__ void scores(float (&d)[N / 2], uint32_t q0, uint32_t k0, int lbo,
+                                       int sbo) {
+    issue_scores<N>(d, q0, k0, lbo, sbo);
     wg_wait0();
     acc_fence<N / 2>(d);
 }
@@ -205,7 +218,7 @@ __global__ void __launch_bounds__(128) qk_kernel(const uint4* q, const uint4* k,
 // same at cols +8; g = l/4, t = l%4, rows of warp w offset by 16w), loaded straight from global.
 __device__ __forceinline__ void load_a_frag(const uint32_t* p32, int ks, uint32_t* a) {
     const int lane = threadIdx.x % 32;
-    const int row = 16 * (threadIdx.x / 32) + lane / 4, col = 16 * ks + 2 * (lane % 4);
+    const int row = 16 * (threadIdx.x % 128 / 32) + lane / 4, col = 16 * ks + 2 * (lane % 4);
     a[0] = p32[(row * 64 + col) / 2];
     a[1] = p32[((row + 8) * 64 + col) / 2];
     a[2] = p32[(row * 64 + col + 8) / 2];
@@ -262,6 +275,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// A fragments of K steps 0..STEPS-1 straight from an m64nNk16 accumulator (N = 16 STEPS): step s
+// is the accumulator's column groups 2s and 2s + 1 (same rows, same columns within the group).
+template <int STEPS>
+__device__ __forceinline__ void pack_a(const float* d, uint32_t (&a)[STEPS][4]) {
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[s][r] = pack_bf16(d[8 * s + 2 * r], d[8 * s + 2 * r + 1]);
+    }
+}
+
 __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4* kv, float* out,
                                                      int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
     extern __shared__ unsigned char smem_raw[];
@@ -275,11 +299,7 @@ __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4*
     scores<64>(d, smem_u32(sq), k0, a_lbo, a_sbo);
     store_acc<64>(d, out, DIM, DV);
     uint32_t a[4][4];
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[s][r] = pack_bf16(d[8 * s + 2 * r], d[8 * s + 2 * r + 1]);
-    }
+    pack_a<4>(d, a);
 #pragma unroll 1
     for (int n0 = 0; n0 < DV; n0 += 256) {
         float o[128];
@@ -306,6 +326,22 @@ __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4*
 // strides of P and V. Writes O to columns 0..511 of out (64 x 544) and S to 512..543.
 constexpr int TILE = 32;
 
+// P = bf16(S) of a 64 x TILE accumulator, transposed into the tile's rope chunk: P^T[k][m]
+// (k = position, m = head) at byte 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8).
+__device__ __forceinline__ void store_p_transposed(const float (&d)[TILE / 2], unsigned char* sp) {
+    const int lane = threadIdx.x % 32;
+    const int m0 = 16 * (threadIdx.x % 128 / 32) + lane / 4, kc = 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int m = m0 + (e >= 2 ? 8 : 0), k = 8 * j + kc + (e & 1);
+            *(__nv_bfloat16*)(sp + k * 128 + (((m / 8) ^ (k % 8)) << 4) + (m % 8) * 2) =
+                __float2bfloat16_rn(d[4 * j + e]);
+        }
+    }
+}
+
 __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4* kv, float* out,
                                                       int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
     extern __shared__ unsigned char smem_raw[];
@@ -318,19 +354,8 @@ __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4
     const uint32_t k0 = smem_u32(sk);
     scores<TILE>(d, smem_u32(sq), k0, a_lbo, a_sbo);
     store_acc<32>(d, out, DV + TILE, DV);
-    // P^T[k][m] (k = position, m = head) at byte 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8)
     unsigned char* sp = sk + (DIM_CHUNKS - 1) * TILE * 128;
-    const int lane = threadIdx.x % 32;
-    const int m0 = 16 * (threadIdx.x / 32) + lane / 4, kc = 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < TILE / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int m = m0 + (e >= 2 ? 8 : 0), k = 8 * j + kc + (e & 1);
-            *(__nv_bfloat16*)(sp + k * 128 + (((m / 8) ^ (k % 8)) << 4) + (m % 8) * 2) =
-                __float2bfloat16_rn(d[4 * j + e]);
-        }
-    }
+    store_p_transposed(d, sp);
     smem_to_async_proxy();
     const uint32_t p0 = smem_u32(sp);
 #pragma unroll 1
@@ -348,6 +373,67 @@ __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4
         wg_wait0();
         acc_fence<128>(o);
         store_acc<256>(o, out, DV + TILE, n0);
+    }
+}
+
+// The split kernel's hand-off between its two warpgroups, on a 32-row tile: warpgroup 0 computes
+// S = Q K^T, stores P = bf16(S) transposed into the rope chunk, makes it visible to the async
+// proxy and meets warpgroup 1 at a named barrier. Then warpgroup 0 multiplies O[:, :256] =
+// P V[:, :256] with P from its registers and, with that product in flight, issues the scores
+// again (S2) and waits with wait_group 1 (the value product done, S2 perhaps not) before storing
+// O, then waits for S2; warpgroup 1 multiplies O[:, 256:] with P from shared memory. Writes O to
+// columns 0..511 of out (64 x 576), S2 to 512..543 and S to 544..575.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__global__ void __launch_bounds__(256) handoff_kernel(const uint4* q, const uint4* kv, float* out,
+                                                       int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
+    unsigned char* sp = sk + (DIM_CHUNKS - 1) * TILE * 128;
+    fill_sw128(sq, q, ROWS, DIM);
+    fill_sw128(sk, kv, TILE, DIM);
+    smem_to_async_proxy();
+    const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk), p0 = smem_u32(sp);
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    if (threadIdx.x < 128) {
+        float d[16], d2[16];
+        scores<TILE>(d, q0, k0, a_lbo, a_sbo);
+        store_acc<32>(d, out, DIM, DV + TILE);
+        store_p_transposed(d, sp);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        named_barrier(1, 256);
+        uint32_t a[2][4];
+        pack_a<2>(d, a);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            wgmma_rs_t(o, a[ks], make_desc(k0 + ks * 16 * 128, b_lbo, b_sbo));
+        }
+        wg_commit();
+        issue_scores<TILE>(d2, q0, k0, a_lbo, a_sbo);
+        wg_wait1();
+        acc_fence<128>(o);
+        store_acc<256>(o, out, DIM, 0);
+        wg_wait0();
+        acc_fence<16>(d2);
+        store_acc<32>(d2, out, DIM, DV);
+    } else {
+        named_barrier(1, 256);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            wgmma_ss_tt(o, make_desc(p0 + ks * 16 * 128, b_lbo, b_sbo),
+                        make_desc(k0 + 4 * TILE * 128 + ks * 16 * 128, b_lbo, b_sbo));
+        }
+        wg_commit();
+        wg_wait0();
+        acc_fence<128>(o);
+        store_acc<256>(o, out, DIM, 256);
     }
 }
 
@@ -371,7 +457,8 @@ static void launch_pv(cudaStream_t s, const void* p, const void* v, float* o, in
 // test 0: qk_kernel (a = Q, b = K, a_lbo/a_sbo for both); 1: pv_kernel n64, A from shared
 // memory; 2: n256, A from shared memory; 3: n256, A from registers (a = P, b = the cache tile);
 // 4: qk_pv_kernel (a = Q, b = the cache tile; a_lbo/a_sbo K-major, b_lbo/b_sbo V's); 5:
-// tile32_kernel (a = Q, b = a 32-row cache tile; the same strides, b's also P's).
+// tile32_kernel (a = Q, b = a 32-row cache tile; the same strides, b's also P's); 6:
+// handoff_kernel (as 5, two warpgroups).
 void launch_probe(int test, long long a, long long b, long long out, int a_lbo, int a_sbo,
                   int b_lbo, int b_sbo, long long stream) {
     const cudaStream_t s = (cudaStream_t)stream;
@@ -398,6 +485,11 @@ void launch_probe(int test, long long a, long long b, long long out, int a_lbo, 
         check(cudaFuncSetAttribute(tile32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         tile32_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
                                            b_lbo, b_sbo);
+    } else if (test == 6) {
+        const int smem = DIM_CHUNKS * (CHUNK_BYTES + TILE * 128) + 1024;
+        check(cudaFuncSetAttribute(handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        handoff_kernel<<<1, 256, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
+                                            b_lbo, b_sbo);
     } else {
         throw std::runtime_error("probe_wgmma: unknown test " + std::to_string(test));
     }
@@ -678,8 +770,14 @@ TESTS = [  # name, launch id, A (lbo, sbo), B (lbo, sbo), must pass (False: must
     ("pv_rs_n256", 3, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("qk_pv_chain_rs", 4, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_LBO, MNMAJOR_SBO), True),
     ("tile32_chain_ss_tt", 5, (KMAJOR_LBO, KMAJOR_SBO), (TILE_LBO, MNMAJOR_SBO), True),
+    ("handoff_two_warpgroups", 6, (KMAJOR_LBO, KMAJOR_SBO), (TILE_LBO, MNMAJOR_SBO), True),
     ("diag_pv_ss_n256_swapped", 2, (KMAJOR_LBO, KMAJOR_SBO), (MNMAJOR_SBO, MNMAJOR_LBO), False),
 ]
+
+
+# The chained tests: their output is O, then that many copies of S (the last one the S that P
+# was made from).
+CHAINED = {4: 1, 5: 1, 6: 2}
 
 
 def run_gpu() -> tuple[bool, list[dict]]:
@@ -709,11 +807,11 @@ def run_gpu() -> tuple[bool, list[dict]]:
     stream = torch.cuda.current_stream().cuda_stream
     rows, all_ok = [], True
     for name, test, (a_lbo, a_sbo), (b_lbo, b_sbo), must_pass in TESTS:
-        which = 0 if test in (0, 4) else 2 if test == 5 else 1
+        which = 0 if test in (0, 4) else 2 if test in (5, 6) else 1
         ref, k = refs[which]
-        width = {4: DIM, 5: DV + TILE}.get(test, ref.shape[1])
+        width = DV + ref.shape[1] * CHAINED[test] if test in CHAINED else ref.shape[1]
         out = torch.full((ROWS, width), float("nan"), device=dev)
-        a, b = (qd, kvd) if test in (0, 4) else (qd, kv32d) if test == 5 else (pd, kvd)
+        a, b = (qd, kvd) if test in (0, 4) else (qd, kv32d) if test in (5, 6) else (pd, kvd)
         tol = 1e-3 * math.sqrt(k)
         row = {"test": name, "K": k, "N_out": out.shape[1], "atol": tol, "must_pass": must_pass,
                "a_lbo": a_lbo, "a_sbo": a_sbo, "b_lbo": b_lbo, "b_sbo": b_sbo}  # fmt: skip
@@ -723,9 +821,10 @@ def run_gpu() -> tuple[bool, list[dict]]:
                 stream,
             )  # fmt: skip
             torch.cuda.synchronize()
-            if test in (4, 5):  # O against bf16(S as the GPU computed it) V; S against Q K^T
-                s_gpu = out[:, DV:].to(torch.bfloat16).cpu().double()
-                ref = torch.cat([s_gpu @ kv[: s_gpu.shape[1], :DV].double(), ref], dim=1)
+            if test in CHAINED:  # O against bf16(S as the GPU computed it) V; S against Q K^T
+                n = ref.shape[1]
+                s_gpu = out[:, -n:].to(torch.bfloat16).cpu().double()
+                ref = torch.cat([s_gpu @ kv[:n, :DV].double()] + [ref] * CHAINED[test], dim=1)
             err = (out.cpu().double() - ref).abs()
             n_nan = int(err.isnan().sum())  # the output starts as NaN: unwritten elements show
             max_abs = float(err.nan_to_num(float("inf")).max())
