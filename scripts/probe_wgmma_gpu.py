@@ -26,7 +26,7 @@ tests, each against a float64 reference of the same bf16 inputs on the CPU:
   handoff_two_warpgroups   the same tile with the split kernel's two warpgroups: the first
                    computes S and stores P, fence.proxy.async, a named barrier; then it multiplies
                    O[:, :256] with P from registers and, that product in flight, issues S again
-                   (wait_group 1, then 0), while the second multiplies O[:, 256:] with P from
+                   over the latent 512 columns (wait_group 1, then 0), while the second multiplies O[:, 256:] with P from
                    shared memory.
   diag_pv_ss_n256_swapped   pv_ss_n256 with B's LBO and SBO swapped: must FAIL (a numerical
                    miss, not a launch error): it shows that the tests can tell the two apart.
@@ -177,14 +177,15 @@ __device__ __forceinline__ void store_acc(const float* d, float* out, int ld, in
 // S[64][N] = Q K^T for a K tile of N rows: A = Q (chunks of 64 rows), B = K (chunks of N rows),
 // both K-major chunked SW128. K step ks (16 columns, 32 bytes) starts at chunk ks/4, byte 32 (ks%4)
 // of the chunk's first row. Waits for the products.
-template <int N>
+// (STEPS K steps of 16 from column 0: all 36 of 576, or the 32 of the latent 512 alone.)
+template <int N, int STEPS = DIM / 16>
 __device__ __forceinline__ void issue_scores(float (&d)[N / 2], uint32_t q0, uint32_t k0, int lbo,
                                              int sbo) {
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
     wg_fence();
 #pragma unroll
-    for (int ks = 0; ks < DIM / 16; ++ks) {
+    for (int ks = 0; ks < STEPS; ++ks) {
         const uint32_t qoff = (ks / 4) * CHUNK_BYTES + (ks % 4) * 32;
         const uint32_t koff = (ks / 4) * N * 128 + (ks % 4) * 32;
         wgmma_ss(d, make_desc(q0 + qoff, lbo, sbo), make_desc(k0 + koff, lbo, sbo), 1);
@@ -380,7 +381,7 @@ __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4
 // S = Q K^T, stores P = bf16(S) transposed into the rope chunk, makes it visible to the async
 // proxy and meets warpgroup 1 at a named barrier. Then warpgroup 0 multiplies O[:, :256] =
 // P V[:, :256] with P from its registers and, with that product in flight, issues the scores
-// again (S2) and waits with wait_group 1 (the value product done, S2 perhaps not) before storing
+// again over the latent 512 columns (S2; the rope chunk now holds P) and waits with wait_group 1 (the value product done, S2 perhaps not) before storing
 // O, then waits for S2; warpgroup 1 multiplies O[:, 256:] with P from shared memory. Writes O to
 // columns 0..511 of out (64 x 576), S2 to 512..543 and S to 544..575.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
@@ -415,7 +416,7 @@ __global__ void __launch_bounds__(256) handoff_kernel(const uint4* q, const uint
             wgmma_rs_t(o, a[ks], make_desc(k0 + ks * 16 * 128, b_lbo, b_sbo));
         }
         wg_commit();
-        issue_scores<TILE>(d2, q0, k0, a_lbo, a_sbo);
+        issue_scores<TILE, DV / 16>(d2, q0, k0, a_lbo, a_sbo);  // the rope chunk now holds P
         wg_wait1();
         acc_fence<128>(o);
         store_acc<256>(o, out, DIM, 0);
@@ -794,6 +795,7 @@ def run_gpu() -> tuple[bool, list[dict]]:
         0: (q.double() @ kv.double().T, DIM),
         1: (p.double() @ kv[:, :DV].double(), 64),
         2: (q.double() @ kv[:TILE].double().T, DIM),
+        3: (q[:, :DV].double() @ kv[:TILE, :DV].double().T, DV),
     }
     torch.backends.cuda.matmul.allow_tf32 = False
     qd, kvd, pd = q.to(dev), kv.to(dev), p.to(dev)
@@ -824,7 +826,8 @@ def run_gpu() -> tuple[bool, list[dict]]:
             if test in CHAINED:  # O against bf16(S as the GPU computed it) V; S against Q K^T
                 n = ref.shape[1]
                 s_gpu = out[:, -n:].to(torch.bfloat16).cpu().double()
-                ref = torch.cat([s_gpu @ kv[:n, :DV].double()] + [ref] * CHAINED[test], dim=1)
+                again = [refs[3][0]] if test == 6 else []  # S2: the latent columns alone
+                ref = torch.cat([s_gpu @ kv[:n, :DV].double(), *again, ref], dim=1)
             err = (out.cpu().double() - ref).abs()
             n_nan = int(err.isnan().sum())  # the output starts as NaN: unwritten elements show
             max_abs = float(err.nan_to_num(float("inf")).max())
