@@ -480,10 +480,11 @@ CLUSTER_QKV_PLANS = [
 # builds to 221-228 registers a thread, so two programs fit an SM: 264 at a time for 288 tiles
 # (576 programs at split 2), and the last ones stream alone at the end. K steps of 64 build to
 # 72-188 registers and no spills (Triton 3.6 for sm_90, session 52), so 288 tiles of 64 columns
-# (four an SM by registers at 4 warps, three at 8), 576 of 32 or 144 of 128 all fit at once. At the Llama shape (224
-# tiles of 64) the configuration in force already fits; the same configurations there, for the
-# step's depth alone. Session 52 (H100): alone all within 1.5 % of the rival at DeepSeek's shape,
-# 10-14 % slower at Llama's; in the blocks no gain (DeepSeek 0.987-0.999x, Llama 0.977-0.980x).
+# (four an SM by registers at 4 warps, three at 8), 576 of 32 or 144 of 128 all fit at once. At
+# the Llama shape (224 tiles of 64) the configuration in force already fits; the same
+# configurations there, for the step's depth alone. Session 52 (H100): alone all within 1.5 % of
+# the rival at DeepSeek's shape, 10-14 % slower at Llama's; in the blocks no gain (DeepSeek
+# 0.987-0.999x, Llama 0.977-0.980x).
 RESIDENT_SWIGLU_CONFIGS = [
     {"block_n": n, "block_k": 64, "split_k": 1, "num_warps": w, "num_stages": s, "x_ahead": True}
     for n, w, s in (

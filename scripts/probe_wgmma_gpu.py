@@ -26,8 +26,8 @@ tests, each against a float64 reference of the same bf16 inputs on the CPU:
   handoff_two_warpgroups   the same tile with the split kernel's two warpgroups: the first
                    computes S and stores P, fence.proxy.async, a named barrier; then it multiplies
                    O[:, :256] with P from registers and, that product in flight, issues S again
-                   over the latent 512 columns (wait_group 1, then 0), while the second multiplies O[:, 256:] with P from
-                   shared memory.
+                   over the latent 512 columns (wait_group 1, then 0), while the second
+                   multiplies O[:, 256:] with P from shared memory.
   diag_pv_ss_n256_swapped   pv_ss_n256 with B's LBO and SBO swapped: must FAIL (a numerical
                    miss, not a launch error): it shows that the tests can tell the two apart.
 
@@ -35,8 +35,9 @@ Inputs are random normal bf16 (seed 0, no zeros). The products of bf16 values ar
 float32, so the only error left is float32 accumulation (order unspecified, 9.7.15.5.2): a test
 passes when max |out - ref| <= 1e-3 sqrt(K) (0.024 for K = 576, 0.008 for K = 64), where a
 misplaced operand element moves an output by O(1); on an H100 (session 52) the errors were
-6.4e-05 at K = 576, 4.2e-06 at K = 64, 1.2e-04 and 5.8e-05 in the chained tests. torch's own float32 matmul
-error on the same GPU (TF32 off; for the chained test, of S) is printed beside it for scale.
+6.4e-05 at K = 576, 4.2e-06 at K = 64, 1.2e-04 and 5.8e-05 in the chained tests. torch's own
+float32 matmul error on the same GPU (TF32 off; for the chained tests, of S) is printed beside it
+for scale.
 
 Scope: one CTA, one warpgroup (two in the hand-off test), scale-d 1 only; the operands are written
 by the threads' own stores in the layout TMA's 128-byte swizzle produces (TMA itself is not run,
@@ -133,6 +134,17 @@ __device__ __forceinline__ void smem_to_async_proxy() {
     __syncthreads();
 }
 
+// Q (64 x 576) at the 1024-aligned base and a cache tile (rows x 576) right after it, both
+// chunked SW128, made visible to wgmma; returns Q's address (the tile's is DIM_CHUNKS chunks on).
+__device__ __forceinline__ unsigned char* load_q_and_tile(unsigned char* smem_raw, const uint4* q,
+                                                          const uint4* kv, int rows) {
+    unsigned char* sq = align1024(smem_raw);
+    fill_sw128(sq, q, ROWS, DIM);
+    fill_sw128(sq + DIM_CHUNKS * CHUNK_BYTES, kv, rows, DIM);
+    smem_to_async_proxy();
+    return sq;
+}
+
 // Matrix Descriptor Format: encode(x) = (x & 0x3FFFF) >> 4; start 0-13, LBO 16-29, SBO 32-45,
 // base offset 49-51 (0: patterns start on 1024-byte boundaries), swizzle 62-63 (1 = 128B).
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -140,7 +152,9 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
            ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -204,11 +218,8 @@ __device__ __forceinline__ void scores(float (&d)[N / 2], uint32_t q0, uint32_t 
 __global__ void __launch_bounds__(128) qk_kernel(const uint4* q, const uint4* k, float* s,
                                                   int lbo, int sbo) {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sq = load_q_and_tile(smem_raw, q, k, ROWS);
     unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
-    fill_sw128(sq, q, ROWS, DIM);
-    fill_sw128(sk, k, ROWS, DIM);
-    smem_to_async_proxy();
     float d[32];
     scores<64>(d, smem_u32(sq), smem_u32(sk), lbo, sbo);
     store_acc<64>(d, s, 64, 0);
@@ -252,7 +263,8 @@ __global__ void __launch_bounds__(128) pv_kernel(const uint4* p, const uint4* v,
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-            const uint64_t db = make_desc(v0 + (n0 / 64) * CHUNK_BYTES + ks * 16 * 128, b_lbo, b_sbo);
+            const uint64_t db =
+                make_desc(v0 + (n0 / 64) * CHUNK_BYTES + ks * 16 * 128, b_lbo, b_sbo);
             if constexpr (A_REGS) {
                 wgmma_rs_t(d, a[ks], db);
             } else {
@@ -290,11 +302,8 @@ __device__ __forceinline__ void pack_a(const float* d, uint32_t (&a)[STEPS][4]) 
 __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4* kv, float* out,
                                                      int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sq = load_q_and_tile(smem_raw, q, kv, ROWS);
     unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
-    fill_sw128(sq, q, ROWS, DIM);
-    fill_sw128(sk, kv, ROWS, DIM);
-    smem_to_async_proxy();
     float d[32];
     const uint32_t k0 = smem_u32(sk);
     scores<64>(d, smem_u32(sq), k0, a_lbo, a_sbo);
@@ -309,7 +318,8 @@ __global__ void __launch_bounds__(128) qk_pv_kernel(const uint4* q, const uint4*
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
-            wgmma_rs_t(o, a[ks], make_desc(k0 + (n0 / 64) * CHUNK_BYTES + ks * 16 * 128, b_lbo, b_sbo));
+            const uint32_t vb = k0 + (n0 / 64) * CHUNK_BYTES + ks * 16 * 128;
+            wgmma_rs_t(o, a[ks], make_desc(vb, b_lbo, b_sbo));
         }
         wg_commit();
         wg_wait0();
@@ -346,11 +356,8 @@ __device__ __forceinline__ void store_p_transposed(const float (&d)[TILE / 2], u
 __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4* kv, float* out,
                                                       int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sq = load_q_and_tile(smem_raw, q, kv, TILE);
     unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
-    fill_sw128(sq, q, ROWS, DIM);
-    fill_sw128(sk, kv, TILE, DIM);
-    smem_to_async_proxy();
     float d[16];
     const uint32_t k0 = smem_u32(sk);
     scores<TILE>(d, smem_u32(sq), k0, a_lbo, a_sbo);
@@ -381,9 +388,10 @@ __global__ void __launch_bounds__(128) tile32_kernel(const uint4* q, const uint4
 // S = Q K^T, stores P = bf16(S) transposed into the rope chunk, makes it visible to the async
 // proxy and meets warpgroup 1 at a named barrier. Then warpgroup 0 multiplies O[:, :256] =
 // P V[:, :256] with P from its registers and, with that product in flight, issues the scores
-// again over the latent 512 columns (S2; the rope chunk now holds P) and waits with wait_group 1 (the value product done, S2 perhaps not) before storing
-// O, then waits for S2; warpgroup 1 multiplies O[:, 256:] with P from shared memory. Writes O to
-// columns 0..511 of out (64 x 576), S2 to 512..543 and S to 544..575.
+// again over the latent 512 columns (S2; the rope chunk now holds P) and waits with wait_group 1
+// (the value product done, S2 perhaps not) before storing O, then waits for S2; warpgroup 1
+// multiplies O[:, 256:] with P from shared memory. Writes O to columns 0..511 of out (64 x 576),
+// S2 to 512..543 and S to 544..575.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -391,12 +399,9 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 __global__ void __launch_bounds__(256) handoff_kernel(const uint4* q, const uint4* kv, float* out,
                                                        int a_lbo, int a_sbo, int b_lbo, int b_sbo) {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* sq = align1024(smem_raw);
+    unsigned char* sq = load_q_and_tile(smem_raw, q, kv, TILE);
     unsigned char* sk = sq + DIM_CHUNKS * CHUNK_BYTES;
     unsigned char* sp = sk + (DIM_CHUNKS - 1) * TILE * 128;
-    fill_sw128(sq, q, ROWS, DIM);
-    fill_sw128(sk, kv, TILE, DIM);
-    smem_to_async_proxy();
     const uint32_t q0 = smem_u32(sq), k0 = smem_u32(sk), p0 = smem_u32(sp);
     float o[128];
 #pragma unroll
@@ -478,17 +483,20 @@ void launch_probe(int test, long long a, long long b, long long out, int a_lbo, 
         launch_pv<256, true>(s, pa, pb, po, a_lbo, a_sbo, b_lbo, b_sbo);
     } else if (test == 4) {
         const int smem = 2 * DIM_CHUNKS * CHUNK_BYTES + 1024;
-        check(cudaFuncSetAttribute(qk_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        check(cudaFuncSetAttribute(qk_pv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem));
         qk_pv_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
                                           b_lbo, b_sbo);
     } else if (test == 5) {
         const int smem = DIM_CHUNKS * (CHUNK_BYTES + TILE * 128) + 1024;
-        check(cudaFuncSetAttribute(tile32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        check(cudaFuncSetAttribute(tile32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem));
         tile32_kernel<<<1, 128, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
                                            b_lbo, b_sbo);
     } else if (test == 6) {
         const int smem = DIM_CHUNKS * (CHUNK_BYTES + TILE * 128) + 1024;
-        check(cudaFuncSetAttribute(handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        check(cudaFuncSetAttribute(handoff_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem));
         handoff_kernel<<<1, 256, smem, s>>>((const uint4*)pa, (const uint4*)pb, po, a_lbo, a_sbo,
                                             b_lbo, b_sbo);
     } else {
@@ -508,7 +516,8 @@ def _wgmma_wrappers() -> str:
     """The inline-PTX wgmma calls, one accumulator operand per register (hence generated), as
     overloads on the accumulator array's size N/2: wgmma_ss (A and B K-major from shared memory,
     N = 32 or 64), wgmma_ss_t (A K-major, B transposed = MN-major; N = 64 or 256), wgmma_ss_tt
-    (both MN-major, N = 256) and wgmma_rs_t (A from registers, B MN-major, N = 256). scale-d is a predicate (D = A B + D when true)."""
+    (both MN-major, N = 256) and wgmma_rs_t (A from registers, B MN-major, N = 256). scale-d is
+    a predicate (D = A B + D when true)."""
     out = []
     for name, n, a_regs, trans_a, trans_b in (
         ("wgmma_ss", 64, False, 0, 0),
@@ -568,6 +577,10 @@ def _ext():
 # ---- CPU emulation (--selfcheck) -------------------------------------------------------------
 
 
+# A swizzle of shared-memory byte addresses, as the emulation applies it on read.
+Swizzle = Callable[[np.ndarray], np.ndarray]
+
+
 def swizzle128(addr: np.ndarray) -> np.ndarray:
     """128B swizzle of a shared-memory byte address: 16-byte unit bits [4,7) ^= bits [7,10)."""
     return addr ^ (((addr >> 7) & 7) << 4)
@@ -597,9 +610,7 @@ def fill_image(smem: np.ndarray, base: int, mat: np.ndarray) -> None:
         smem[(dst + 2 * e) // 2] = mat[row, c16 * 8 + e]
 
 
-def kmajor_addrs(
-    desc: int, mn: int, swizzle: Callable[[np.ndarray], np.ndarray] = swizzle128
-) -> np.ndarray:
+def kmajor_addrs(desc: int, mn: int, swizzle: Swizzle = swizzle128) -> np.ndarray:
     """Byte addresses of elements (i, kk), i < mn, kk < 16, of a K-major SW128 operand: canonical
     layout Swizzle<3,4,3> o ((8,m),(T,2k)):((8T,SBO),(1,T)), T = 8 bf16 = 16 bytes, so row i at
     (i % 8) * 128 + (i // 8) * SBO and kk at 2 kk bytes from the start; LBO unused."""
@@ -609,9 +620,7 @@ def kmajor_addrs(
     return swizzle(start + (i // 8) * sbo + (i % 8) * 128 + kk * 2)
 
 
-def mnmajor_addrs(
-    desc: int, n: int, swizzle: Callable[[np.ndarray], np.ndarray] = swizzle128
-) -> np.ndarray:
+def mnmajor_addrs(desc: int, n: int, swizzle: Swizzle = swizzle128) -> np.ndarray:
     """Byte addresses of elements (kk, j), kk < 16, j < n, of an MN-major SW128 operand:
     canonical layout Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), so j at
     (j % 64) * 2 + (j // 64) * LBO and kk at (kk % 8) * 128 + (kk // 8) * SBO bytes."""
@@ -622,7 +631,7 @@ def mnmajor_addrs(
 
 
 def emulate(base: int = 3 * 1024, mn_lbo: int = MNMAJOR_LBO, mn_sbo: int = MNMAJOR_SBO,
-            swizzle: Callable[[np.ndarray], np.ndarray] = swizzle128) -> dict[str, int]:  # fmt: skip
+            swizzle: Swizzle = swizzle128) -> dict[str, int]:  # fmt: skip
     """Reads back every element every wgmma of the kernels would read, at the address that its
     descriptor gives under the PTX canonical layouts, from an emulated shared memory filled as
     fill_sw128 fills it (regions at `base`, which the kernels align to 1024 bytes). Returns the
@@ -663,7 +672,7 @@ def emulate(base: int = 3 * 1024, mn_lbo: int = MNMAJOR_LBO, mn_sbo: int = MNMAJ
     return bad
 
 
-def _emulate_tile32(base: int, swizzle: Callable[[np.ndarray], np.ndarray]) -> int:
+def _emulate_tile32(base: int, swizzle: Swizzle) -> int:
     """As emulate, for tile32_kernel: Q and a 32-row tile read K-major, then P stored by the
     kernel's formula into the tile's rope chunk and read back as an MN-major A operand, and V
     read MN-major with the 32-row chunks' LBO. Returns the mismatches."""
@@ -739,6 +748,15 @@ def accumulator_is_a_fragment() -> bool:
     return ok
 
 
+# Wrong layouts the emulation must catch, or its check is vacuous: name -> (emulate's arguments,
+# the test whose read-back must then mismatch).
+NEGATIVE_CONTROLS = {
+    "MN-major LBO/SBO swapped": ({"mn_lbo": MNMAJOR_SBO, "mn_sbo": MNMAJOR_LBO}, "pv_ss_n256"),
+    "no swizzle on read": ({"swizzle": lambda addr: addr}, "qk_kmajor_n64"),
+    "base 128 B off 1024": ({"base": 3 * 1024 + 128}, "qk_kmajor_n64"),
+}
+
+
 def selfcheck() -> bool:
     """Runs the CPU emulation and its negative controls, printing a line each; True if all
     pass (every control must be caught)."""
@@ -749,11 +767,7 @@ def selfcheck() -> bool:
     frag = fragment_maps_ok() and accumulator_is_a_fragment()
     print(f"selfcheck {'fragment maps':22s} {'PASS' if frag else 'FAIL'}")
     # Negative controls: each must break the emulated read-back, or the check is vacuous.
-    controls = {
-        "MN-major LBO/SBO swapped": emulate(mn_lbo=MNMAJOR_SBO, mn_sbo=MNMAJOR_LBO)["pv_ss_n256"],
-        "no swizzle on read": emulate(swizzle=lambda a: a)["qk_kmajor_n64"],
-        "base 128 B off 1024": emulate(base=3 * 1024 + 128)["qk_kmajor_n64"],
-    }
+    controls = {name: emulate(**change)[test] for name, (change, test) in NEGATIVE_CONTROLS.items()}
     for name, n_bad in controls.items():
         print(
             f"selfcheck control {name:26s} mismatches {n_bad:6d} "

@@ -48,16 +48,11 @@ def test_the_descriptors_read_back_every_operand_element_where_the_fill_put_it()
     assert script.fragment_maps_ok() and script.accumulator_is_a_fragment()
 
 
-@pytest.mark.parametrize(
-    "change, test",
-    [
-        ({"mn_lbo": 1024, "mn_sbo": 8192}, "pv_ss_n256"),  # V's LBO and SBO swapped
-        ({"swizzle": lambda addr: addr}, "qk_kmajor_n64"),  # read without the swizzle
-        ({"base": 3 * 1024 + 128}, "qk_kmajor_n64"),  # a region off its 1024-byte boundary
-    ],
-)
-def test_the_emulation_catches_a_wrong_layout(change, test) -> None:
-    assert _script().emulate(**change)[test] > 0
+@pytest.mark.parametrize("name", list(_script().NEGATIVE_CONTROLS))
+def test_the_emulation_catches_a_wrong_layout(name) -> None:
+    script = _script()
+    change, test = script.NEGATIVE_CONTROLS[name]
+    assert script.emulate(**change)[test] > 0
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc that builds for sm_90a on this machine")
