@@ -1159,6 +1159,31 @@ PLANS = [
         tag="mlavalue16",
         peers=FUSED_PEERS,
     ),
+    # The CUDA C++ split kernel (cuda_mla_decode_value.py: products kept in flight while a
+    # warpgroup's softmax runs) against the Gluon one, each with the merge the tables run at
+    # 16 and 64 sequences (session 47's), and that merge's neighbours.
+    Plan(
+        "mla_decode_value",
+        "cuda_mla_decode_value.py",
+        ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
+        _grid(
+            {"num_stages": [3, 4], "block_m": [16], "block_k": [128], "merge_warps": [8]},
+            {"block_m": 16, "block_k": 64, "merge_warps": 4},
+            {"block_m": 1, "block_k": 128, "merge_warps": 8},
+        ),
+        tag="cudamla16",
+        peers=FUSED_PEERS,
+        rivals=[("gluon_mla_decode_value.py", {"block_m": 16, "block_k": 128, "merge_warps": 8})],
+    ),
+    Plan(
+        "mla_decode_value",
+        "cuda_mla_decode_value.py",
+        ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
+        _grid({"num_stages": [3, 4], "block_k": [128], "column_slices": [4]}),
+        tag="cudamla1",
+        peers=FUSED_PEERS,
+        rivals=[("gluon_mla_decode_value.py", {"block_k": 128, "column_slices": 4})],
+    ),
     # Llama's attention with the output projection and its add, no merge kernel between them:
     # the projection's row blocks, heads a program, tiles ahead and warps (configurations that
     # spill no register), at one sequence. Session 40 (H100): 36.8-94.2 us per op; in the Llama

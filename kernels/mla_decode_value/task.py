@@ -125,7 +125,7 @@ PEERS = {"eager": eager}
 COMPILED_PEERS = {"torch.compile": False}
 
 CANDIDATES = {
-    "cuda": ["gluon_mla_decode_value.py"],
+    "cuda": ["gluon_mla_decode_value.py", "cuda_mla_decode_value.py"],
     "cpu": ["torch_mla_decode_value.py"],
 }
 

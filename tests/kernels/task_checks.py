@@ -1,12 +1,15 @@
 """Checks shared by the task tests: run candidates (shipped ones and a deliberately wrong one
 written to a temporary folder) through the evaluator in one worker, and read the verdicts; and
-put a CuPy candidate's CUDA source through NVRTC and ptxas, which needs no GPU."""
+put a CuPy candidate's CUDA source through NVRTC and ptxas, or a load_inline one's through
+nvcc for sm_90a, which needs no GPU."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -86,6 +89,19 @@ def _nvrtc_or_skip():
     except Exception as exc:
         pytest.skip(f"NVRTC unavailable: {exc}")
     return nvrtc
+
+
+def nvcc_with_sm90a() -> str | None:
+    """An nvcc (on PATH or under CUDA_HOME or /usr/local/cuda) that can build for sm_90a: CUDA
+    12.0 or later (its --list-gpu-arch names compute_90, not the `a` variants)."""
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    for nvcc in (shutil.which("nvcc"), str(Path(home) / "bin" / "nvcc")):
+        if nvcc and Path(nvcc).exists():
+            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+            release = re.search(r"release (\d+)\.", version)
+            if release and int(release.group(1)) >= 12:
+                return nvcc
+    return None
 
 
 def candidate_module(task: Task, name: str) -> ModuleType:

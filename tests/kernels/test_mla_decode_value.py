@@ -1,12 +1,13 @@
 """The MLA decode + value projection task: reference, inputs, shapes, its torch candidate on the
-CPU against a wrong kernel, and the Gluon candidate (its split kernel built for sm_90 here, its
+CPU against a wrong kernel, the Gluon candidate (its split kernel built for sm_90 here, its
 merge-and-project kernel under the interpreter against hand-cut partials and a mutant, and on
-the GPU)."""
+the GPU) and the CUDA C++ one (its split kernel built for sm_90a here, and on the GPU)."""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
 
 import pytest
 import torch
@@ -22,12 +23,15 @@ from tests.kernels.task_checks import (
     gpu_evaluate,
     hopper_build,
     hopper_ptx,
+    nvcc_with_sm90a,
     run_interpreted,
     setmaxnreg_budgets,
     sm90_resources,
 )
 
 GLUON = "gluon_mla_decode_value.py"
+CUDA = "cuda_mla_decode_value.py"
+NVCC = nvcc_with_sm90a()
 
 # Every head projected by head 0's weight.
 WRONG = """
@@ -85,9 +89,10 @@ def test_the_torch_candidate_on_cpu_and_a_wrong_kernel(task, tmp_path) -> None:
     assert_wrong_rejected(ev)
 
 
-def test_the_gluon_candidate_runs_on_the_gpu_only_and_refuses_naming_why(task) -> None:
-    assert task.candidates["cuda"] == [GLUON]
-    kernel = candidate_module(task, GLUON).kernel
+@pytest.mark.parametrize("name", [GLUON, CUDA])
+def test_the_gpu_candidates_run_on_the_gpu_only_and_refuse_naming_why(task, name) -> None:
+    assert task.candidates["cuda"] == [GLUON, CUDA]
+    kernel = candidate_module(task, name).kernel
     args = [torch.zeros(s, dtype=torch.bfloat16) for s in ((1, 64, 512), (1, 64, 64))]
     args += [torch.zeros(s, dtype=torch.bfloat16) for s in ((1, 64, 512), (1, 64, 64))]
     with pytest.raises(ValueError, match=r"w_uv \(64, 96, 512\)"):
@@ -138,6 +143,60 @@ def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
     assert used["spill_bytes"] == 0 and 0 < used["shared_bytes"] <= module.SHARED_BYTES
     assert {24, 240} <= setmaxnreg_budgets(compiled.asm["ptx"])
     assert module.shared_bytes(32, 4) <= module.SHARED_BYTES < module.shared_bytes(64, 3)
+
+
+def test_the_cuda_candidate_refuses_what_its_split_kernel_does_not_build_for(task) -> None:
+    kernel = candidate_module(task, CUDA).kernel
+    shapes = ((1, 64, 512), (1, 64, 64), (1, 64, 512), (1, 64, 64), (64, 128, 512))
+    args = [torch.zeros(s, dtype=torch.bfloat16) for s in shapes]
+    with pytest.raises(ValueError, match=r"num_stages 2: one of \[3, 4\]"):
+        kernel(*args, num_stages=2)
+    with pytest.raises(ValueError, match="needs bf16 inputs"):
+        kernel(*(t.half() for t in args))
+    with pytest.raises(ValueError, match="kv_len 48: a positive multiple of 32"):
+        cache = [torch.zeros(1, 48, n, dtype=torch.bfloat16) for n in (512, 64)]
+        kernel(args[0], args[1], *cache, args[4])
+
+
+# ptxas's notes (C7510-C7518) when it makes every wgmma wait for the one before.
+SERIALISED = "wgmma.mma_async instructions are serialized"
+# The second warpgroup's start for a split of one tile, written as a branch that rejoins the
+# loop: the loop would start with its products in either of two states.
+REJOINED = (
+    """        if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
+            finish();
+            return;
+        }
+        softmax(1);""",
+    "        if (n_tiles > 1) softmax(1);",
+)
+
+
+def _ptxas_log(source: str, folder) -> str:
+    cu = folder / "split.cu"
+    cu.write_text(source)
+    built = subprocess.run(
+        [NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-Xptxas", "-v", "-c", str(cu),
+         "-o", str(folder / "split.o")],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return built.stderr
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc that builds for sm_90a on this machine")
+def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_path) -> None:
+    """Built for sm_90a at both ring depths, ptxas serialises no wgmma (each would otherwise wait
+    for the one before, and no softmax would overlap a product) and spills nothing; with the
+    one-tile start rejoining the loop, it serialises them, as this check must catch."""
+    source = candidate_module(task, CUDA).cuda_source()
+    log = _ptxas_log(source, tmp_path)
+    assert SERIALISED not in log, log
+    assert log.count("Compiling entry function '_Z16mla_split_kernel") == 2, log
+    assert log.count(" 0 bytes spill stores, 0 bytes spill loads") == 2, log
+    assert REJOINED[0] in source
+    assert SERIALISED in _ptxas_log(source.replace(*REJOINED), tmp_path)
 
 
 @pytest.mark.parametrize("block_m, block_k, slices", [(1, 64, 1), (16, 128, 1), (1, 64, 4)])
@@ -275,6 +334,36 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
 
 
 @pytest.mark.gpu
+def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
+    """At every task shape (splits of 1, 2, 32, 63 and 128 tiles among them), both ring depths,
+    and the merges the tables run."""
+    ev = gpu_evaluate(
+        task,
+        [
+            (CUDA, {}),
+            (CUDA, {"num_stages": 3}),
+            (CUDA, {"block_m": 16, "block_k": 128, "merge_warps": 8}),
+            (CUDA, {"block_k": 128, "column_slices": 4}),
+        ],
+    )
+    for verdict in ev.verdicts:
+        assert verdict.accepted, (verdict.label, verdict.reasons)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch, heads, kv_len", [(1, 64, 32), (1, 64, 96), (2, 128, 160)])
+def test_the_cuda_candidate_on_a_few_tiles(task, batch, heads, kv_len) -> None:
+    """Splits of one, three and five tiles (one program a sequence and head block): each
+    warpgroup's start and end without the steady loop between."""
+    module = candidate_module(task, CUDA)
+    shape = {**task.shapes("cuda")[0].to_dict(), "batch": batch, "heads": heads, "kv_len": kv_len}
+    inputs = task.module.make_inputs(shape, 3, "cuda")
+    want = task.reference(*inputs)
+    got = module.kernel(*inputs).double()
+    assert float((got - want).norm() / want.norm()) < 1e-2
+
+
+@pytest.mark.gpu
 def test_a_merge_too_big_for_shared_memory_is_refused_naming_why(task) -> None:
     """On tensor cores at one sequence (64 splits a head), 64-column steps 3 stages deep would
     take 546 KiB of shared memory: Triton's refusal to launch comes back as a ValueError that
@@ -295,8 +384,9 @@ def test_a_merge_too_big_for_shared_memory_is_refused_naming_why(task) -> None:
         ("b16-kv4096", {"block_m": 16, "block_k": 128, "merge_warps": 8}),
     ],
 )
+@pytest.mark.parametrize("name", [GLUON, CUDA])
 def test_both_kernels_wait_for_the_kernel_that_writes_their_inputs(
-    task, shape_name, params
+    task, name, shape_name, params
 ) -> None:
     """Launched with programmatic dependent launch right after a kernel that writes one input
     2 ms late (each of the five in turn, W_UV too, whose first tile the merge loads before its
@@ -304,7 +394,7 @@ def test_both_kernels_wait_for_the_kernel_that_writes_their_inputs(
     slices a head, and 16 sequences on tensor cores (the tables' configurations)."""
     from tests.kernels.pdl_checks import assert_waits_for_late_inputs
 
-    module = candidate_module(task, GLUON)
+    module = candidate_module(task, name)
     shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
     inputs = task.make_inputs(shape, 7, "cuda")
     want = task.reference(*(t.double() for t in inputs))

@@ -3,33 +3,18 @@ source's build, the no-GPU exit); the GPU runs are recorded under docs/benchmark
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.kernels.task_checks import nvcc_with_sm90a
 from tests.source_files import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _nvcc_with_sm90a() -> str | None:
-    """An nvcc (on PATH or under CUDA_HOME or /usr/local/cuda) that can build for sm_90a: CUDA
-    12.0 or later (its --list-gpu-arch names compute_90, not the `a` variants)."""
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    for nvcc in (shutil.which("nvcc"), str(Path(home) / "bin" / "nvcc")):
-        if nvcc and Path(nvcc).exists():
-            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-            release = re.search(r"release (\d+)\.", version)
-            if release and int(release.group(1)) >= 12:
-                return nvcc
-    return None
-
-
-NVCC = _nvcc_with_sm90a()
+NVCC = nvcc_with_sm90a()
 
 
 def _script():

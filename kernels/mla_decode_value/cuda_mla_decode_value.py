@@ -1,0 +1,854 @@
+"""MLA decode and its value projection for Hopper (sm_90a): the split kernel of
+gluon_mla_decode_value.py written in CUDA C++ (torch's load_inline, inline PTX for TMA, mbarriers
+and wgmma), so that each warpgroup keeps a tensor-core product in flight while it computes a
+softmax, then the same Triton kernel that merges a head's splits and multiplies by its W_UV.
+
+A CTA takes 64 heads of one sequence over one split of the cache, in 32-row tiles: Q (64 x 576,
+72 KiB) stays in shared memory, the tiles stream through a ring of `num_stages` slots (36 KiB
+each) that one thread of a third warpgroup fills by TMA, in the 128-byte swizzle wgmma reads.
+Two consumer warpgroups each own 256 of the 512 output columns (128 fp32 registers a thread)
+and compute the scores of every other tile: the owner of tile t turns S_t into probabilities P_t
+(bf16), publishes them, transposed, in the slot's rope chunk (which only S_t reads) with their
+row maxima and sums, and multiplies its half of the values with P_t from its registers; the
+other warpgroup rescales its half by the published maxima and multiplies with P_t from shared
+memory. The order each warpgroup issues its products in (wgmma.wait_group 1):
+
+    own tile t:    wait S_t (P_{t-1} V still running) -> softmax, publish P_t -> wait P_{t-1} V,
+                   free slot t-1 -> rescale O, issue P_t V -> issue S_{t+2}
+    other tile t:  wait P_t published -> wait P_{t-1} V (S_{t+1} still running), free slot t-1
+                   -> rescale O, issue P_t V
+
+so the softmax of one tile runs beside the other tile's value product and the scores two tiles
+on; the Gluon kernel waits for every product before its softmax. S_{t+2} is issued while tiles
+t and t+1 are still read, hence three slots at least. The loader warpgroup gives its registers
+to the consumers (setmaxnreg).
+
+Launched on torch's current stream (CUDA graphs capture it) with programmatic dependent launch:
+every warpgroup waits for the kernel before it (griddepcontrol.wait) before it reads an input
+or writes a partial, and the loader then lets the merge launch, which waits in turn. Partials
+as the Gluon kernel lays them out: part_o (sequence, head, split) rows of 512 fp32, normalised,
+and part_lse their log2-sum-exp. The merge kernel is the Gluon candidate's, copied (a candidate
+imports no other). bf16 on sm_90 only, heads a multiple of 64, rank 512, rope 64, v_head_dim
+128, a cache length a multiple of 32; anything else is a ValueError naming what."""
+
+import functools
+import math
+
+import torch
+import torch.utils.cpp_extension
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+LANGUAGE = "cuda"
+PARAMS = {
+    "num_stages": [3, 4],
+    "block_m": [1, 16],
+    "block_k": [32, 64, 128],
+    "merge_warps": [4, 8],
+    "merge_stages": [1, 2, 3, 4],
+    "column_slices": [1, 2, 4, 8],
+}
+
+LOG2E = 1.4426950408889634
+SCALE_DIM = 192
+RANK = 512
+ROPE = 64
+HEADS = 64  # a CTA's heads: one wgmma is 64 rows tall
+TILE = 32  # cache rows a tile
+V_DIM = 128
+MAX_SPLITS = 128  # the splits a merge program reads in one step
+
+CUDA_SRC = r"""
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+#include <stdexcept>
+#include <string>
+
+// Shared memory, from a 1024-byte aligned base: Q (9 chunks of 64 rows x 128 bytes: latent
+// columns 64c..64c+63, then the rope), the ring (STAGES slots of 9 chunks of 32 rows x 128
+// bytes), the published row maxima and sums (2 x 64 floats a slot), then the mbarriers. Every
+// chunk is TMA's 128-byte swizzle: in each 8-row x 128-byte atom the 16-byte unit u of row r at
+// unit u ^ (r % 8).
+constexpr int ROWS = 64;
+constexpr int TILE = 32;
+constexpr int CHUNKS = 9;
+constexpr int Q_CHUNK = ROWS * 128;
+constexpr int T_CHUNK = TILE * 128;
+constexpr int Q_BYTES = CHUNKS * Q_CHUNK;
+constexpr int SLOT_BYTES = CHUNKS * T_CHUNK;
+constexpr int OUT_COLS = 512;
+constexpr int HALF = 256;  // a consumer warpgroup's output columns
+
+template <int STAGES>
+struct Layout {
+    static constexpr int ring = Q_BYTES;
+    static constexpr int stats = ring + STAGES * SLOT_BYTES;
+    static constexpr int bars = stats + STAGES * 2 * ROWS * 4;
+    static constexpr int bytes = bars + (1 + 3 * STAGES) * 8 + 1024;  // + the alignment
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// griddepcontrol (programmatic dependent launch).
+__device__ __forceinline__ void gdc_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void gdc_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// mbarriers (PTX ISA 9.7.13.15).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+// Until the phase of parity `parity` has completed (a fresh barrier passes parity 1 at once).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// A box of the 2-D tensor map at (x: column, y: row) into shared memory, counted on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int x, int y,
+                                         uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
+
+// wgmma (PTX ISA 9.7.15). Descriptor: start, LBO, SBO as (x & 0x3FFFF) >> 4 in bits 0-13,
+// 16-29, 32-45, swizzle mode 1 (128B) in bits 62-63. K-major operands: LBO 16 (unused), SBO
+// 1024 (8 rows of 128 bytes); MN-major ones: LBO the next 64 columns (the next chunk), SBO 1024.
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across a wait.
+template <int NREG>
+__device__ __forceinline__ void acc_fence(float* d) {
+#pragma unroll
+    for (int i = 0; i < NREG; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+@WGMMA@
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// S = Q K^T of the tile in `slot` (m64n32k16 over 576 columns, both K-major): K step ks
+// starts at chunk ks / 4, byte 32 (ks % 4) of the chunk's first row. Issued and committed.
+__device__ __forceinline__ void issue_scores(float (&s)[16], uint32_t q0, uint32_t k0) {
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 36; ++ks) {  // the first step overwrites S (scale-d 0)
+        const uint32_t col = (ks % 4) * 32;
+        wgmma_ss(s, desc(q0 + (ks / 4) * Q_CHUNK + col, 16, 1024),
+                 desc(k0 + (ks / 4) * T_CHUNK + col, 16, 1024), ks > 0);
+    }
+    wg_commit();
+}
+
+// Accumulator layout of m64nNk16: warp w holds rows 16w + lane / 4 (r0) and r0 + 8; for each
+// 8-column group j, d[4j], d[4j + 1] at row r0, columns 8j + 2 (lane % 4), +1, and d[4j + 2],
+// d[4j + 3] at row r0 + 8.
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// O's rows times their factors, the products settled in their registers before the next
+// wgmma.fence (ptxas serialises every wgmma if a move lands between the fence and them).
+__device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        o[4 * j] *= a0;
+        o[4 * j + 1] *= a0;
+        o[4 * j + 2] *= a1;
+        o[4 * j + 3] *= a1;
+    }
+    acc_fence<128>(o);
+}
+
+struct Consumer {
+    uint32_t q0, ring, bars;
+    float* stats;
+    int n_tiles, stages, half;
+    int r0, lane;
+    float scale_log2;
+
+    __device__ uint32_t slot_addr(int t) const { return ring + (t % stages) * SLOT_BYTES; }
+    __device__ uint32_t full(int t) const { return bars + 8 * (1 + t % stages); }
+    __device__ uint32_t empty(int t) const { return bars + 8 * (1 + stages + t % stages); }
+    __device__ uint32_t ready(int t) const { return bars + 8 * (1 + 2 * stages + t % stages); }
+    __device__ uint32_t parity(int t) const { return (t / stages) & 1; }
+    __device__ float* stat(int t, int which) const {
+        return stats + ((t % stages) * 2 + which) * ROWS;
+    }
+    // One arrival a warp (eight a slot) once the warp is done with tile t's slot.
+    __device__ void release(int t) const {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty(t));
+    }
+    // O += P V over this warpgroup's four latent chunks of tile t's slot (V MN-major).
+    __device__ uint64_t v_desc(int t, int ks) const {
+        return desc(slot_addr(t) + half * 4 * T_CHUNK + ks * 16 * 128, T_CHUNK, 1024);
+    }
+};
+
+// P^T (positions x heads, heads contiguous) of a 64 x 32 tile into its rope chunk at byte
+// 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8): an MN-major A operand for the other warpgroup. A
+// thread's values sit at k % 8 = 2 (lane % 4) + (e & 1) whatever the column group j (k = 8 j +
+// ...), so four offsets (rows r0 and r0 + 8, e & 1) and 1024 j bytes place all sixteen.
+__device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigned char* sp,
+                                                   int r0, int lane) {
+    int at[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int m = r0 + (e >= 2 ? 8 : 0), k = 2 * (lane % 4) + (e & 1);
+        at[e] = k * 128 + (((m / 8) ^ k) << 4) + (m % 8) * 2;
+    }
+#pragma unroll
+    for (int j = 0; j < TILE / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            *(__nv_bfloat16*)(sp + 1024 * j + at[e]) = __float2bfloat16_rn(p[4 * j + e]);
+        }
+    }
+}
+
+// A consumer warpgroup, W = 0 or 1 (its output columns 256 W .. 256 W + 255; its tiles W, W + 2,
+// ...). One instance each, not one with W a variable: the two warpgroups start differently, and
+// where their paths met, the registers of the products in flight would be copied, which makes
+// ptxas serialise every wgmma.
+template <int W>
+__device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bars, float* stats,
+                                        int n_tiles, int stages, float scale_log2,
+                                        float* __restrict__ part_o, float* __restrict__ part_lse,
+                                        int q_row, int split, int n_splits) {
+    const int lane = (int)threadIdx.x % 32;
+    Consumer c{q0, ring, bars, stats, n_tiles, stages, W,
+               16 * ((int)threadIdx.x % 128 / 32) + lane / 4, lane, scale_log2};
+    float o[128], s[16];
+    uint32_t a[2][4];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i] = 0.f;
+    acc_fence<128>(o);  // zeroed here, not sunk past the first products
+    acc_fence<16>(s);
+    float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;
+
+    // The products in flight, in commit order, before softmax(t): S_t, then P_{t-1} V; none
+    // after it. Every wait count is a constant (an empty commit group stands in for a product
+    // not issued at the ends), and the loop turns where nothing is in flight: otherwise ptxas
+    // cannot follow the pipeline and serialises every wgmma.
+
+    // Tile t, whose scores the other warpgroup computed: rescale O by its published maxima,
+    // then issue P_t V with P_t from the slot's rope chunk.
+    auto other = [&](int t) {
+        mbar_wait(c.full(t), c.parity(t));
+        mbar_wait(c.ready(t), c.parity(t));
+        const float mn0 = c.stat(t, 0)[c.r0], mn1 = c.stat(t, 0)[c.r0 + 8];
+        const float rs0 = c.stat(t, 1)[c.r0], rs1 = c.stat(t, 1)[c.r0 + 8];
+        wg_wait1();  // P_{t-1} V (S_{t+1} may run on)
+        acc_fence<128>(o);
+        if (t >= 1) c.release(t - 1);
+        const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        l0 = l0 * a0 + rs0;
+        l1 = l1 * a1 + rs1;
+        scale_rows(o, a0, a1);
+        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * T_CHUNK;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
+        }
+        wg_commit();
+    };
+
+    // S_{t+2} if there is such a tile, else an empty group.
+    auto scores_ahead = [&](int t) {
+        if (t + 2 < n_tiles) {
+            mbar_wait(c.full(t + 2), c.parity(t + 2));
+            issue_scores(s, c.q0, c.slot_addr(t + 2));
+        } else {
+            wg_commit();
+        }
+    };
+
+    // This warpgroup's tile t, first half: the softmax of S_t, P_t and its row maxima and sums
+    // published and packed as the A operand, O's rescaling factors kept in alpha0/alpha1, and
+    // P_{t-1} V waited for.
+    float alpha0 = 0.f, alpha1 = 0.f;
+    auto softmax = [&](int t) {
+        wg_wait1();  // S_t (P_{t-1} V may run on)
+        acc_fence<16>(s);
+        float x0 = s[0], x1 = s[2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
+            x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        const float mn0 = fmaxf(m0, quad_max(x0) * scale_log2);
+        const float mn1 = fmaxf(m1, quad_max(x1) * scale_log2);
+        float p[16], rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float mn = e < 2 ? mn0 : mn1;
+                p[4 * j + e] = __bfloat162float(
+                    __float2bfloat16_rn(exp2f(s[4 * j + e] * scale_log2 - mn)));
+            }
+            rs0 += p[4 * j] + p[4 * j + 1];
+            rs1 += p[4 * j + 2] + p[4 * j + 3];
+        }
+        rs0 = quad_sum(rs0);
+        rs1 = quad_sum(rs1);
+        unsigned char* sp = (unsigned char*)__cvta_shared_to_generic(c.slot_addr(t)) +
+                            (CHUNKS - 1) * T_CHUNK;
+        store_p_transposed(p, sp, c.r0, lane);
+        if (lane % 4 == 0) {
+            c.stat(t, 0)[c.r0] = mn0;
+            c.stat(t, 0)[c.r0 + 8] = mn1;
+            c.stat(t, 1)[c.r0] = rs0;
+            c.stat(t, 1)[c.r0 + 8] = rs1;
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbar_arrive(c.ready(t));
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[k][r] = pack_bf16(p[8 * k + 2 * r], p[8 * k + 2 * r + 1]);
+        }
+        alpha0 = exp2f(m0 - mn0);
+        alpha1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        l0 = l0 * alpha0 + rs0;
+        l1 = l1 * alpha1 + rs1;
+        wg_wait0();  // P_{t-1} V
+        acc_fence<128>(o);
+        if (t >= 1) c.release(t - 1);
+    };
+
+    // Second half: O rescaled, P_t V issued with P_t from registers (a), then S_{t+2}.
+    auto values = [&](int t) {
+        scale_rows(o, alpha0, alpha1);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t, ks));
+        wg_commit();
+        scores_ahead(t);
+    };
+
+    // The products waited for, this warpgroup's half of the split's normalised output, and
+    // (warpgroup 0) the rows' log2-sum-exp: rows (sequence, head, split).
+    auto finish = [&]() {
+        wg_wait0();
+        acc_fence<128>(o);
+        const long long row0 = (long long)(q_row + c.r0) * n_splits + split;
+        const long long row1 = row0 + 8ll * n_splits;
+        const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+        float* out0 = part_o + row0 * OUT_COLS + W * HALF + 2 * (lane % 4);
+        float* out1 = part_o + row1 * OUT_COLS + W * HALF + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            *(float2*)(out0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *(float2*)(out1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (W == 0 && lane % 4 == 0) {
+            part_lse[row0] = m0 + log2f(l0);
+            part_lse[row1] = m1 + log2f(l1);
+        }
+    };
+
+    mbar_wait(bars, 0);
+    int t = W;
+    if (W == 0) {  // S_0, then an empty group for P_{-1} V
+        mbar_wait(c.full(0), c.parity(0));
+        issue_scores(s, c.q0, c.slot_addr(0));
+        wg_commit();
+        softmax(0);
+    } else {  // an empty group for P_{-1} V, S_1 (or another empty one), then tile 0's P V
+        wg_commit();
+        scores_ahead(-1);
+        other(0);
+        if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
+            finish();
+            return;
+        }
+        softmax(1);
+    }
+#pragma unroll 1
+    for (; t + 3 < n_tiles; t += 2) {  // own tiles t and t + 2 both exist
+        values(t);
+        other(t + 1);
+        softmax(t + 2);
+    }
+    if (t < n_tiles) {  // the last own tile, and the other warpgroup's after it
+        values(t);
+        if (t + 1 < n_tiles) {
+            other(t + 1);
+            if (t + 2 < n_tiles) {
+                softmax(t + 2);
+                values(t + 2);
+            }
+        }
+    }
+    finish();
+}
+
+template <int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    mla_split_kernel(const __grid_constant__ CUtensorMap qn_map,
+                     const __grid_constant__ CUtensorMap qp_map,
+                     const __grid_constant__ CUtensorMap c_map,
+                     const __grid_constant__ CUtensorMap p_map, float* __restrict__ part_o,
+                     float* __restrict__ part_lse, int heads, int kv_len, int tiles_per_split,
+                     float scale_log2) {
+    using L = Layout<STAGES>;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* base = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const int head_blocks = heads / ROWS;
+    const int seq = blockIdx.x / head_blocks;
+    const int q_row = seq * heads + (blockIdx.x % head_blocks) * ROWS;
+    const int split = blockIdx.y, n_splits = gridDim.y;
+    const int first = split * tiles_per_split;
+    const int n_tiles = min(tiles_per_split, kv_len / TILE - first);
+    const uint32_t bars = smem_u32(base + L::bars);  // q, full[S], empty[S], ready[S]
+    if (threadIdx.x == 0) {
+        mbar_init(bars, 1);
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(bars + 8 * (1 + i), 1);               // the loader's expect_tx
+            mbar_init(bars + 8 * (1 + STAGES + i), 8);      // each consumer warp
+            mbar_init(bars + 8 * (1 + 2 * STAGES + i), 128);  // each thread of the owner
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    // Warp-uniform to the compiler (a shuffle), or ptxas serialises the products in its branches.
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    if (wg == 2) {  // the loader: one thread issues every copy
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (threadIdx.x != 256) return;
+        gdc_wait();
+        gdc_launch_dependents();
+        const uint32_t q0 = smem_u32(base), ring = smem_u32(base + L::ring);
+        mbar_expect_tx(bars, Q_BYTES);
+        for (int c = 0; c < CHUNKS - 1; ++c) {
+            tma_load(q0 + c * Q_CHUNK, &qn_map, 64 * c, q_row, bars);
+        }
+        tma_load(q0 + (CHUNKS - 1) * Q_CHUNK, &qp_map, 0, q_row, bars);
+        const int kv_row = seq * kv_len + first * TILE;
+        for (int j = 0; j < n_tiles; ++j) {
+            const int slot = j % STAGES;
+            const uint32_t full = bars + 8 * (1 + slot), dst = ring + slot * SLOT_BYTES;
+            mbar_wait(bars + 8 * (1 + STAGES + slot), ((j / STAGES) & 1) ^ 1);
+            mbar_expect_tx(full, SLOT_BYTES);
+            for (int c = 0; c < CHUNKS - 1; ++c) {
+                tma_load(dst + c * T_CHUNK, &c_map, 64 * c, kv_row + j * TILE, full);
+            }
+            tma_load(dst + (CHUNKS - 1) * T_CHUNK, &p_map, 0, kv_row + j * TILE, full);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    gdc_wait();  // the partials are the previous merge's input
+    if (wg == 0) {
+        consume<0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+                   n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
+    } else {
+        consume<1>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+                   n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
+    }
+}
+
+typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static void check(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // not left for torch's next launch check to blame on another op
+        throw std::runtime_error(std::string("cuda MLA split kernel, ") + what + ": " +
+                                 cudaGetErrorString(err));
+    }
+}
+
+// A (rows x cols) bf16 row-major matrix in boxes of box_rows x 64 columns, 128-byte swizzle.
+static CUtensorMap tensor_map(long long ptr, long long rows, int cols, int box_rows) {
+    static EncodeTiled encode = nullptr;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000,
+                                               cudaEnableDefault, &found),
+              "cuTensorMapEncodeTiled");
+        if (found != cudaDriverEntryPointSuccess || !encode) {
+            throw std::runtime_error("cuda MLA split kernel: no cuTensorMapEncodeTiled");
+        }
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    const cuuint32_t steps[2] = {1, 1};
+    const CUresult res = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void*)ptr, dims,
+                                strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (res != CUDA_SUCCESS) {
+        throw std::runtime_error("cuda MLA split kernel: cuTensorMapEncodeTiled failed (" +
+                                 std::to_string((int)res) + ")");
+    }
+    return map;
+}
+
+template <int STAGES>
+static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, float* part_o,
+                   float* part_lse, int heads, int kv_len, int tiles_per_split,
+                   float scale_log2) {
+    auto kernel = mla_split_kernel<STAGES>;
+    static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
+    int device;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    if (!(sized >> device & 1)) {
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   Layout<STAGES>::bytes),
+              "shared memory");
+        sized |= 1ull << device;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(384, 1, 1);
+    config.dynamicSmemBytes = Layout<STAGES>::bytes;
+    config.stream = stream;
+    cudaLaunchAttribute attrs[1];
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attrs;
+    config.numAttrs = 1;
+    check(cudaLaunchKernelEx(&config, kernel, maps[0], maps[1], maps[2], maps[3], part_o,
+                             part_lse, heads, kv_len, tiles_per_split, scale_log2),
+          "launch");
+}
+
+void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv, long long kpe,
+                      long long part_o, long long part_lse, int batch, int heads, int kv_len,
+                      int tiles_per_split, int n_splits, double scale_log2, long long stream) {
+    const CUtensorMap maps[4] = {
+        tensor_map(q_nope, (long long)batch * heads, 512, ROWS),
+        tensor_map(q_pe, (long long)batch * heads, 64, ROWS),
+        tensor_map(ckv, (long long)batch * kv_len, 512, TILE),
+        tensor_map(kpe, (long long)batch * kv_len, 64, TILE),
+    };
+    const dim3 grid(batch * heads / ROWS, n_splits, 1);
+    const cudaStream_t s = (cudaStream_t)stream;
+    if (stages == 3) {
+        launch<3>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                  tiles_per_split, (float)scale_log2);
+    } else if (stages == 4) {
+        launch<4>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                  tiles_per_split, (float)scale_log2);
+    } else {
+        throw std::runtime_error("cuda MLA split kernel: no build for " +
+                                 std::to_string(stages) + " stages");
+    }
+}
+"""
+
+CPP_SRC = r"""
+void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv, long long kpe,
+                      long long part_o, long long part_lse, int batch, int heads, int kv_len,
+                      int tiles_per_split, int n_splits, double scale_log2, long long stream);
+"""
+
+
+def _wgmma_wrappers() -> str:
+    """The inline-PTX wgmma calls, one accumulator operand per register (hence generated):
+    wgmma_ss m64n32k16 (A and B K-major from shared memory: the scores), wgmma_ss_tt m64n256k16
+    (A and B MN-major: P from shared memory, V) and wgmma_rs_t m64n256k16 (A from registers, B
+    MN-major). D = A B + D, or A B where scale_d is 0."""
+    out = []
+    for name, n, a_regs, trans_a, trans_b in (
+        ("wgmma_ss", 32, False, 0, 0),
+        ("wgmma_ss_tt", 256, False, 1, 1),
+        ("wgmma_rs_t", 256, True, 0, 1),
+    ):
+        nd = n // 2
+        if a_regs:  # d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
+            a_op = "{" + ", ".join(f"%{nd + i}" for i in range(4)) + "}"
+            b_op, sc, imm = nd + 4, nd + 5, f"1, 1, {trans_b}"
+            params = "const uint32_t* a, uint64_t db"
+            ins = ", ".join([f'"r"(a[{i}])' for i in range(4)] + ['"l"(db)', '"r"(scale_d)'])
+        else:  # d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+            a_op, b_op, sc, imm = f"%{nd}", nd + 1, nd + 2, f"1, 1, {trans_a}, {trans_b}"
+            params, ins = "uint64_t da, uint64_t db", '"l"(da), "l"(db), "r"(scale_d)'
+        acc = ", ".join(f"%{i}" for i in range(nd))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+        out.append(
+            f"__device__ __forceinline__ void {name}(float (&d)[{nd}], {params}, "
+            "int scale_d = 1) {\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sc}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "\n'
+            f'                 "{{{acc}}}, {a_op}, %{b_op}, p, {imm};\\n}}\\n"\n'
+            f"                 : {outs}\n"
+            f"                 : {ins});\n"
+            "}"
+        )
+    return "\n".join(out)
+
+
+def cuda_source() -> str:
+    """CUDA_SRC with the generated wgmma wrappers in place."""
+    return CUDA_SRC.replace("@WGMMA@", _wgmma_wrappers())
+
+
+@functools.cache
+def _ext():
+    # wgmma and setmaxnreg need the sm_90a target (cpp_extension adds no arch flags of its own
+    # once one is given).
+    return torch.utils.cpp_extension.load_inline(
+        name="cuda_mla_decode_value_ext",
+        cpp_sources=CPP_SRC,
+        cuda_sources=cuda_source(),
+        functions=["launch_mla_split"],
+        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
+        verbose=False,
+    )
+
+
+@triton.jit
+def _project(acc, parts, ok, weights, w, USE_DOT: tl.constexpr):
+    """acc plus one step of columns: the splits' partials at `parts` merged by `weights`,
+    rounded to w's dtype, times the weight tile w (DV x BLOCK_K)."""
+    p = tl.load(parts, mask=ok[:, :, None], other=0.0)
+    o = tl.sum(weights[:, :, None] * p, axis=1).to(w.dtype)  # the merged latent columns
+    if USE_DOT:
+        return tl.dot(o, tl.trans(w), acc)
+    return acc + tl.sum(o.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+
+
+@triton.jit
+def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, sum_ptr, count_ptr, B, H, n_splits,
+                        R: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
+                        COLUMN_SLICES: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+    """BLOCK_M sequences of one head: their splits' partial outputs (rows (sequence, head,
+    split) of R fp32) weighted by the splits' log2-sum-exp, BLOCK_K columns a step, rounded to
+    y's dtype, times the head's W_UV (DV x R); y is (sequence, head, DV). With COLUMN_SLICES
+    above 1, a program takes one slice of the R columns and stores its product in sum_ptr; the
+    last of a tile's slices to count itself in count_ptr adds them up and stores y. Its first
+    weight tile, which nothing earlier in the stream writes, is loaded before its
+    griddepcontrol.wait (the split kernel lets it launch early)."""
+    head = tl.program_id(1)
+    slice_cols: tl.constexpr = R // COLUMN_SLICES
+    col0 = tl.program_id(2) * slice_cols
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = rm < B
+    rows = rm.to(tl.int64) * H + head  # (sequence, head) rows of y and of the partials
+    dv = tl.arange(0, DV)
+    kk = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + head.to(tl.int64) * DV * R + dv[:, None] * R + col0
+    w = tl.load(w_rows + kk[None, :], eviction_policy="evict_first")
+    tl.extra.cuda.gdc_wait()
+    s = tl.arange(0, BLOCK_S)
+    ok = m_ok[:, None] & (s[None, :] < n_splits)
+    part = rows[:, None] * n_splits + s[None, :]  # (BLOCK_M, BLOCK_S) partial rows
+    lse = tl.load(plse_ptr + part, mask=ok, other=float("-inf"))
+    top = tl.max(lse, axis=1)
+    top = tl.where(m_ok, top, 0.0)
+    weights = tl.exp2(lse - top[:, None])
+    weights = tl.where(m_ok[:, None], weights / tl.sum(weights, axis=1)[:, None], 0.0)
+    parts = po_ptr + part[:, :, None] * R + col0 + kk[None, None, :]
+    acc = tl.zeros([BLOCK_M, DV], dtype=tl.float32)
+    acc = _project(acc, parts, ok, weights, w, USE_DOT)
+    for k0 in tl.range(BLOCK_K, slice_cols, BLOCK_K, num_stages=STAGES):
+        w = tl.load(w_rows + k0 + kk[None, :], eviction_policy="evict_first")
+        acc = _project(acc, parts + k0, ok, weights, w, USE_DOT)
+    done = COLUMN_SLICES == 1
+    if COLUMN_SLICES > 1:
+        tile = tl.program_id(0) * H + head
+        cell = tl.arange(0, BLOCK_M)[:, None] * DV + dv[None, :]
+        tile_sums = sum_ptr + tile.to(tl.int64) * (COLUMN_SLICES * BLOCK_M * DV) + cell
+        tl.store(tile_sums + tl.program_id(2) * (BLOCK_M * DV), acc)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        done = arrived == COLUMN_SLICES - 1
+        if done:
+            tl.store(count_ptr + tile, 0)  # every slice has counted: ready for the next call
+            acc = tl.load(tile_sums)
+            for c in tl.static_range(1, COLUMN_SLICES):
+                acc += tl.load(tile_sums + c * (BLOCK_M * DV))
+    if done:
+        out = y_ptr + rows[:, None] * DV + dv[None, :]
+        tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None])
+
+
+def split_tiles(programs: int, tiles: int, sms: int) -> int:
+    """Tiles per split so that the programs run in one wave of one per SM, in at most
+    MAX_SPLITS splits (at 132 SMs, one sequence of 2 head blocks over 1024 tiles: 16 tiles a
+    split, 128 programs)."""
+    return triton.cdiv(tiles, max(1, min(tiles, sms // programs, MAX_SPLITS)))
+
+
+# The arrival counts of column slices, per device: zero between calls (the last slice of a
+# tile resets its count). Every buffer is kept, as a CUDA graph may hold any of them.
+_COUNTS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
+    held = _COUNTS.setdefault(device, [])
+    if held and held[-1].numel() >= n:
+        return held[-1]
+    if torch.cuda.is_current_stream_capturing():
+        # A buffer made while a graph is captured is zeroed only when the graph replays: this
+        # call's graph zeroes its own counts, and no other call shares them.
+        return torch.zeros(n, dtype=torch.int32, device=device)
+    size = max(n, 2 * held[-1].numel() if held else 0)
+    held.append(torch.zeros(size, dtype=torch.int32, device=device))
+    return held[-1]
+
+
+def _refusal(q_nope, q_pe, ckv, kpe, w_uv, num_stages: int, block_m: int, block_k: int,
+             column_slices: int):  # fmt: skip
+    """Why these inputs are not for this kernel at these parameters (None when they are)."""
+    tensors = (q_nope, q_pe, ckv, kpe, w_uv)
+    if not all(t.dim() == 3 for t in tensors):
+        return "needs 3-D q_nope, q_pe, ckv, kpe and w_uv"
+    if any(t.dtype != torch.bfloat16 for t in tensors):
+        return f"needs bf16 inputs; got {[t.dtype for t in tensors]}"
+    if not all(t.is_contiguous() for t in tensors):
+        return "needs contiguous inputs"
+    b, h, r = q_nope.shape
+    kv_len = ckv.shape[1]
+    if r != RANK or q_pe.shape != (b, h, ROPE) or ckv.shape != (b, kv_len, RANK):
+        return f"rank {RANK} and rope {ROPE} only; got q_nope {tuple(q_nope.shape)}, q_pe " + (
+            f"{tuple(q_pe.shape)}, ckv {tuple(ckv.shape)}"
+        )
+    if kpe.shape != (b, kv_len, ROPE):
+        return f"kpe {tuple(kpe.shape)} does not match ckv {tuple(ckv.shape)}"
+    if w_uv.shape != (h, V_DIM, RANK):
+        return f"w_uv {tuple(w_uv.shape)}: ({h}, {V_DIM}, {RANK}) only"
+    if h % HEADS:
+        return f"heads {h}: a multiple of {HEADS} only"
+    if kv_len == 0 or kv_len % TILE:
+        return f"kv_len {kv_len}: a positive multiple of {TILE} only"
+    if b * max(h, kv_len) >= 2**31:
+        return f"batch {b} x {max(h, kv_len)} rows above TMA's 32-bit coordinates"
+    if num_stages not in PARAMS["num_stages"]:
+        return f"num_stages {num_stages}: one of {PARAMS['num_stages']} (S_t+2 needs 3 slots)"
+    if block_m not in (1, 16):
+        return f"block_m {block_m}: 1 (CUDA cores) or 16 (tensor cores)"
+    if block_k < (16 if block_m == 16 else 1) or block_k & (block_k - 1) or RANK % block_k:
+        return f"block_k {block_k}: a power of two dividing {RANK}, 16 at least with block_m 16"
+    if column_slices < 1 or RANK % (column_slices * block_k):
+        return f"column_slices {column_slices}: {RANK} columns in slices of whole block_k steps"
+    if any(t.data_ptr() % 16 for t in tensors):
+        return "needs 16-byte aligned inputs (TMA)"
+    if not q_nope.is_cuda or torch.cuda.get_device_capability(q_nope.device) != (9, 0):
+        return f"needs an sm_90 GPU (H100/H200: wgmma, setmaxnreg); got {q_nope.device}"
+    if any(t.device != q_nope.device for t in tensors):
+        return f"inputs on {[str(t.device) for t in tensors]}"
+    return None
+
+
+def kernel(
+    q_nope: torch.Tensor,
+    q_pe: torch.Tensor,
+    ckv: torch.Tensor,
+    kpe: torch.Tensor,
+    w_uv: torch.Tensor,
+    num_stages: int = 4,
+    block_m: int = 1,
+    block_k: int = 64,
+    merge_warps: int = 4,
+    merge_stages: int = 3,
+    column_slices: int = 1,
+) -> torch.Tensor:
+    why = _refusal(q_nope, q_pe, ckv, kpe, w_uv, num_stages, block_m, block_k, column_slices)
+    if why is not None:
+        raise ValueError(f"cuda MLA decode with W_UV {why}")
+    b, h, r = q_nope.shape
+    kv_len = ckv.shape[1]
+    device = q_nope.device
+    out = torch.empty((b, h, V_DIM), device=device, dtype=q_nope.dtype)
+    if b * h == 0:
+        return out
+    programs = b * h // HEADS
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    tiles = split_tiles(programs, kv_len // TILE, sms)
+    n_splits = triton.cdiv(kv_len // TILE, tiles)
+    block_s = max(2, triton.next_power_of_2(n_splits))
+    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
+    part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
+    tiles_m = triton.cdiv(b, block_m)
+    sums = counts = None
+    if column_slices > 1:
+        sums = torch.empty(
+            tiles_m * h * column_slices * block_m * V_DIM, device=device, dtype=torch.float32
+        )
+        counts = _arrival_counts(tiles_m * h, device)
+    with torch.cuda.device(device):
+        _ext().launch_mla_split(
+            num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(), kpe.data_ptr(),
+            part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
+            LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
+        )  # fmt: skip
+        try:
+            _merge_value_kernel[(tiles_m, h, column_slices)](
+                part_o, part_lse, w_uv, out, sums, counts, b, h, n_splits, R=r, DV=V_DIM,
+                BLOCK_M=block_m, BLOCK_S=block_s, BLOCK_K=block_k, USE_DOT=block_m >= 16,
+                COLUMN_SLICES=column_slices, STAGES=merge_stages, num_warps=merge_warps,
+                launch_pdl=True,
+            )  # fmt: skip
+        except OutOfResources as exc:  # e.g. the pipelined tiles of partials outgrow an SM
+            smaller = ["a smaller block_k", "fewer merge_stages"]
+            if block_m > 1:
+                smaller.insert(0, "block_m 1")
+            raise ValueError(
+                f"cuda MLA decode with W_UV: the merge at block_m {block_m} over {n_splits} "
+                f"splits in {block_k}-column steps, {merge_stages} stages deep, "
+                f"{merge_warps} warps, does not fit ({exc}); try {' or '.join(smaller)}"
+            ) from exc
+    return out
