@@ -43,6 +43,7 @@ from triton.runtime.errors import OutOfResources
 LANGUAGE = "cuda"
 PARAMS = {
     "num_stages": [3, 4],
+    "early_scores": [True, False],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -257,7 +258,7 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 // ...). One instance each, not one with W a variable: the two warpgroups start differently, and
 // where their paths met, the registers of the products in flight would be copied, which makes
 // ptxas serialise every wgmma.
-template <int W>
+template <int W, bool EARLY>
 __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bars, float* stats,
                                         int n_tiles, int stages, float scale_log2,
                                         float* __restrict__ part_o, float* __restrict__ part_lse,
@@ -275,10 +276,22 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     acc_fence<16>(s);
     float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;
 
-    // The products in flight, in commit order, before softmax(t): S_t, then P_{t-1} V; none
-    // after it. Every wait count is a constant (an empty commit group stands in for a product
-    // not issued at the ends), and the loop turns where nothing is in flight: otherwise ptxas
-    // cannot follow the pipeline and serialises every wgmma.
+    // The products in flight, in commit order, before softmax(t): S_t, then P_{t-1} V (EARLY:
+    // S_t issued before P_{t-1} V) or P_{t-1} V, then S_t (else: S_t issued after it, with the
+    // other warpgroup's tile, a tile later); none after it. Every wait count is a constant (an
+    // empty commit group stands in for a product not issued at the ends), and the loop turns
+    // where nothing is in flight: otherwise ptxas cannot follow the pipeline and serialises
+    // every wgmma.
+
+    // S_{t+2} if there is such a tile, else an empty group.
+    auto scores_ahead = [&](int t) {
+        if (t + 2 < n_tiles) {
+            mbar_wait(c.full(t + 2), c.parity(t + 2));
+            issue_scores(s, c.q0, c.slot_addr(t + 2));
+        } else {
+            wg_commit();
+        }
+    };
 
     // Tile t, whose scores the other warpgroup computed: rescale O by its published maxima,
     // then issue P_t V with P_t from the slot's rope chunk.
@@ -287,7 +300,11 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         mbar_wait(c.ready(t), c.parity(t));
         const float mn0 = c.stat(t, 0)[c.r0], mn1 = c.stat(t, 0)[c.r0 + 8];
         const float rs0 = c.stat(t, 1)[c.r0], rs1 = c.stat(t, 1)[c.r0 + 8];
-        wg_wait1();  // P_{t-1} V (S_{t+1} may run on)
+        if constexpr (EARLY) {
+            wg_wait1();  // P_{t-1} V (S_{t+1} may run on)
+        } else {
+            wg_wait0();
+        }
         acc_fence<128>(o);
         if (t >= 1) c.release(t - 1);
         const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
@@ -303,16 +320,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
         }
         wg_commit();
-    };
-
-    // S_{t+2} if there is such a tile, else an empty group.
-    auto scores_ahead = [&](int t) {
-        if (t + 2 < n_tiles) {
-            mbar_wait(c.full(t + 2), c.parity(t + 2));
-            issue_scores(s, c.q0, c.slot_addr(t + 2));
-        } else {
-            wg_commit();
-        }
+        if constexpr (!EARLY) scores_ahead(t - 1);
     };
 
     // This warpgroup's tile t, first half: the softmax of S_t, P_t and its row maxima and sums
@@ -320,7 +328,13 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // P_{t-1} V waited for.
     float alpha0 = 0.f, alpha1 = 0.f;
     auto softmax = [&](int t) {
-        wg_wait1();  // S_t (P_{t-1} V may run on)
+        if constexpr (EARLY) {
+            wg_wait1();  // S_t (P_{t-1} V may run on)
+        } else {
+            wg_wait0();
+            acc_fence<128>(o);
+            if (t >= 1) c.release(t - 1);
+        }
         acc_fence<16>(s);
         float x0 = s[0], x1 = s[2];
 #pragma unroll
@@ -366,9 +380,11 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         m1 = mn1;
         l0 = l0 * alpha0 + rs0;
         l1 = l1 * alpha1 + rs1;
-        wg_wait0();  // P_{t-1} V
-        acc_fence<128>(o);
-        if (t >= 1) c.release(t - 1);
+        if constexpr (EARLY) {
+            wg_wait0();  // P_{t-1} V
+            acc_fence<128>(o);
+            if (t >= 1) c.release(t - 1);
+        }
     };
 
     // Second half: O rescaled, P_t V issued with P_t from registers (a), then S_{t+2}.
@@ -378,7 +394,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 #pragma unroll
         for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t, ks));
         wg_commit();
-        scores_ahead(t);
+        if constexpr (EARLY) scores_ahead(t);
     };
 
     // The products waited for, this warpgroup's half of the split's normalised output, and
@@ -404,14 +420,16 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 
     mbar_wait(bars, 0);
     int t = W;
-    if (W == 0) {  // S_0, then an empty group for P_{-1} V
+    if (W == 0) {  // S_0 (EARLY: then an empty group for P_{-1} V)
         mbar_wait(c.full(0), c.parity(0));
         issue_scores(s, c.q0, c.slot_addr(0));
-        wg_commit();
+        if constexpr (EARLY) wg_commit();
         softmax(0);
-    } else {  // an empty group for P_{-1} V, S_1 (or another empty one), then tile 0's P V
-        wg_commit();
-        scores_ahead(-1);
+    } else {  // EARLY: an empty group for P_{-1} V, S_1 (or another empty one); then tile 0
+        if constexpr (EARLY) {
+            wg_commit();
+            scores_ahead(-1);
+        }
         other(0);
         if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
             finish();
@@ -438,7 +456,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     finish();
 }
 
-template <int STAGES>
+template <int STAGES, bool EARLY>
 __global__ void __launch_bounds__(384, 1)
     mla_split_kernel(const __grid_constant__ CUtensorMap qn_map,
                      const __grid_constant__ CUtensorMap qp_map,
@@ -495,10 +513,10 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     gdc_wait();  // the partials are the previous merge's input
     if (wg == 0) {
-        consume<0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<0, EARLY>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     } else {
-        consume<1>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<1, EARLY>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     }
 }
@@ -544,11 +562,11 @@ static CUtensorMap tensor_map(long long ptr, long long rows, int cols, int box_r
     return map;
 }
 
-template <int STAGES>
+template <int STAGES, bool EARLY>
 static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, float* part_o,
                    float* part_lse, int heads, int kv_len, int tiles_per_split,
                    float scale_log2) {
-    auto kernel = mla_split_kernel<STAGES>;
+    auto kernel = mla_split_kernel<STAGES, EARLY>;
     static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
     int device;
     check(cudaGetDevice(&device), "cudaGetDevice");
@@ -573,9 +591,10 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, floa
           "launch");
 }
 
-void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv, long long kpe,
-                      long long part_o, long long part_lse, int batch, int heads, int kv_len,
-                      int tiles_per_split, int n_splits, double scale_log2, long long stream) {
+void launch_mla_split(int stages, bool early, long long q_nope, long long q_pe, long long ckv,
+                      long long kpe, long long part_o, long long part_lse, int batch, int heads,
+                      int kv_len, int tiles_per_split, int n_splits, double scale_log2,
+                      long long stream) {
     const CUtensorMap maps[4] = {
         tensor_map(q_nope, (long long)batch * heads, 512, ROWS),
         tensor_map(q_pe, (long long)batch * heads, 64, ROWS),
@@ -584,23 +603,24 @@ void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ck
     };
     const dim3 grid(batch * heads / ROWS, n_splits, 1);
     const cudaStream_t s = (cudaStream_t)stream;
-    if (stages == 3) {
-        launch<3>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
-                  tiles_per_split, (float)scale_log2);
-    } else if (stages == 4) {
-        launch<4>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
-                  tiles_per_split, (float)scale_log2);
-    } else {
-        throw std::runtime_error("cuda MLA split kernel: no build for " +
-                                 std::to_string(stages) + " stages");
+#define LAUNCH(S_, E_)                                                                         \
+    if (stages == S_ && early == E_) {                                                         \
+        launch<S_, E_>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,         \
+                       tiles_per_split, (float)scale_log2);                                    \
+        return;                                                                                \
     }
+    LAUNCH(3, true) LAUNCH(4, true) LAUNCH(3, false) LAUNCH(4, false)
+#undef LAUNCH
+    throw std::runtime_error("cuda MLA split kernel: no build for " + std::to_string(stages) +
+                             " stages");
 }
 """
 
 CPP_SRC = r"""
-void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv, long long kpe,
-                      long long part_o, long long part_lse, int batch, int heads, int kv_len,
-                      int tiles_per_split, int n_splits, double scale_log2, long long stream);
+void launch_mla_split(int stages, bool early, long long q_nope, long long q_pe, long long ckv,
+                      long long kpe, long long part_o, long long part_lse, int batch, int heads,
+                      int kv_len, int tiles_per_split, int n_splits, double scale_log2,
+                      long long stream);
 """
 
 
@@ -800,6 +820,7 @@ def kernel(
     kpe: torch.Tensor,
     w_uv: torch.Tensor,
     num_stages: int = 4,
+    early_scores: bool = True,
     block_m: int = 1,
     block_k: int = 64,
     merge_warps: int = 4,
@@ -831,8 +852,8 @@ def kernel(
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _ext().launch_mla_split(
-            num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(), kpe.data_ptr(),
-            part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
+            num_stages, early_scores, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
+            kpe.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
             LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
         )  # fmt: skip
         try:

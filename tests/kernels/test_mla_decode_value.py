@@ -187,14 +187,15 @@ def _ptxas_log(source: str, folder) -> str:
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc that builds for sm_90a on this machine")
 def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_path) -> None:
-    """Built for sm_90a at both ring depths, ptxas serialises no wgmma (each would otherwise wait
-    for the one before, and no softmax would overlap a product) and spills nothing; with the
-    one-tile start rejoining the loop, it serialises them, as this check must catch."""
+    """Built for sm_90a at both ring depths and both score schedules, ptxas serialises no wgmma
+    (each would otherwise wait for the one before, and no softmax would overlap a product) and
+    spills nothing; with the one-tile start rejoining the loop, it serialises them, as this
+    check must catch."""
     source = candidate_module(task, CUDA).cuda_source()
     log = _ptxas_log(source, tmp_path)
     assert SERIALISED not in log, log
-    assert log.count("Compiling entry function '_Z16mla_split_kernel") == 2, log
-    assert log.count(" 0 bytes spill stores, 0 bytes spill loads") == 2, log
+    assert log.count("Compiling entry function '_Z16mla_split_kernel") == 4, log
+    assert log.count(" 0 bytes spill stores, 0 bytes spill loads") == 4, log
     assert REJOINED[0] in source
     assert SERIALISED in _ptxas_log(source.replace(*REJOINED), tmp_path)
 
@@ -336,14 +337,15 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
 @pytest.mark.gpu
 def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
     """At every task shape (splits of 1, 2, 32, 63 and 128 tiles among them), both ring depths,
-    and the merges the tables run."""
+    both score schedules, and merges on CUDA cores, in column slices and on tensor cores."""
     ev = gpu_evaluate(
         task,
         [
             (CUDA, {}),
             (CUDA, {"num_stages": 3}),
-            (CUDA, {"block_m": 16, "block_k": 128, "merge_warps": 8}),
-            (CUDA, {"block_k": 128, "column_slices": 4}),
+            (CUDA, {"early_scores": False}),
+            (CUDA, {"num_stages": 3, "early_scores": False, "block_k": 128, "column_slices": 4}),
+            (CUDA, {"block_m": 16, "block_k": 64, "merge_stages": 1}),
         ],
     )
     for verdict in ev.verdicts:
@@ -359,8 +361,9 @@ def test_the_cuda_candidate_on_a_few_tiles(task, batch, heads, kv_len) -> None:
     shape = {**task.shapes("cuda")[0].to_dict(), "batch": batch, "heads": heads, "kv_len": kv_len}
     inputs = task.module.make_inputs(shape, 3, "cuda")
     want = task.reference(*inputs)
-    got = module.kernel(*inputs).double()
-    assert float((got - want).norm() / want.norm()) < 1e-2
+    for early in (True, False):
+        got = module.kernel(*inputs, early_scores=early).double()
+        assert float((got - want).norm() / want.norm()) < 1e-2, early
 
 
 @pytest.mark.gpu
