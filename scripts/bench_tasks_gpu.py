@@ -1167,7 +1167,7 @@ PLANS = [
         "cuda_mla_decode_value.py",
         ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
         _grid(
-            {"num_stages": [3, 4], "early_scores": [True, False], "block_m": [16]}
+            {"num_stages": [3, 4], "softmax_first": [False, True], "block_m": [16]}
             | {"block_k": [128], "merge_warps": [8]},
             {"block_m": 16, "block_k": 64, "merge_warps": 4},
         ),
@@ -1180,7 +1180,7 @@ PLANS = [
         "cuda_mla_decode_value.py",
         ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
         _grid(
-            {"num_stages": [3, 4], "early_scores": [True, False], "block_k": [128]}
+            {"num_stages": [3, 4], "softmax_first": [False, True], "block_k": [128]}
             | {"column_slices": [4]}
         ),
         tag="cudamla1",

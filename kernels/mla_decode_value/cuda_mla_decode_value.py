@@ -43,7 +43,7 @@ from triton.runtime.errors import OutOfResources
 LANGUAGE = "cuda"
 PARAMS = {
     "num_stages": [3, 4],
-    "early_scores": [True, False],
+    "softmax_first": [False, True],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -257,8 +257,20 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 // A consumer warpgroup, W = 0 or 1 (its output columns 256 W .. 256 W + 255; its tiles W, W + 2,
 // ...). One instance each, not one with W a variable: the two warpgroups start differently, and
 // where their paths met, the registers of the products in flight would be copied, which makes
-// ptxas serialise every wgmma.
-template <int W, bool EARLY>
+// ptxas serialise every wgmma. Two schedules (FIRST):
+//
+//  false: own tile t: wait S_t (P_{t-1} V runs on), softmax, publish P_t, wait P_{t-1} V,
+//         rescale O, issue P_t V, then S_{t+2}; other tile t: wait P_t published, wait
+//         P_{t-1} V (S_{t+1} runs on), rescale O, issue P_t V. A softmax beside a product.
+//  true:  other tile t and own tile t + 1 together: wait P_t published and every product,
+//         softmax of S_{t+1} at once on P_t's maxima, publish P_{t+1}; then rescale O, issue
+//         P_t V, wait for it, rescale O, issue P_{t+1} V and S_{t+3}. The chain from one
+//         warpgroup's publication to the other's is the softmax alone.
+//
+// Every wait count is a constant (an empty commit group stands in for a product not issued at
+// the ends), and the loop turns where both paths into it leave the same products in flight:
+// otherwise ptxas cannot follow the pipeline and serialises every wgmma.
+template <int W, bool FIRST>
 __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bars, float* stats,
                                         int n_tiles, int stages, float scale_log2,
                                         float* __restrict__ part_o, float* __restrict__ part_lse,
@@ -274,14 +286,92 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     for (int i = 0; i < 16; ++i) s[i] = 0.f;
     acc_fence<128>(o);  // zeroed here, not sunk past the first products
     acc_fence<16>(s);
+    // O's running row maxima (log2 units) and sums, for rows r0 and r0 + 8.
     float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;
 
-    // The products in flight, in commit order, before softmax(t): S_t, then P_{t-1} V (EARLY:
-    // S_t issued before P_{t-1} V) or P_{t-1} V, then S_t (else: S_t issued after it, with the
-    // other warpgroup's tile, a tile later); none after it. Every wait count is a constant (an
-    // empty commit group stands in for a product not issued at the ends), and the loop turns
-    // where nothing is in flight: otherwise ptxas cannot follow the pipeline and serialises
-    // every wgmma.
+    // O's rows onto the maxima (mn0, mn1) of a tile whose probabilities sum to (rs0, rs1).
+    auto absorb = [&](float mn0, float mn1, float rs0, float rs1) {
+        const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        l0 = l0 * a0 + rs0;
+        l1 = l1 * a1 + rs1;
+        scale_rows(o, a0, a1);
+    };
+
+    // Tile t's published maxima and sums, once its probabilities are.
+    float tm0, tm1, trs0, trs1;
+    auto take = [&](int t) {
+        mbar_wait(c.full(t), c.parity(t));
+        mbar_wait(c.ready(t), c.parity(t));
+        tm0 = c.stat(t, 0)[c.r0];
+        tm1 = c.stat(t, 0)[c.r0 + 8];
+        trs0 = c.stat(t, 1)[c.r0];
+        trs1 = c.stat(t, 1)[c.r0 + 8];
+    };
+
+    // The softmax of S_t (done) over the maxima so far (b0, b1): P_t into the slot's rope chunk
+    // and registers (a), its maxima and sums into the slot's stats (and sm*, srs*), published.
+    float sm0, sm1, srs0, srs1;
+    auto softmax = [&](int t, float b0, float b1) {
+        acc_fence<16>(s);
+        float x0 = s[0], x1 = s[2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
+            x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        sm0 = fmaxf(b0, quad_max(x0) * scale_log2);
+        sm1 = fmaxf(b1, quad_max(x1) * scale_log2);
+        float p[16], rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float mn = e < 2 ? sm0 : sm1;
+                p[4 * j + e] = __bfloat162float(
+                    __float2bfloat16_rn(exp2f(s[4 * j + e] * scale_log2 - mn)));
+            }
+            rs0 += p[4 * j] + p[4 * j + 1];
+            rs1 += p[4 * j + 2] + p[4 * j + 3];
+        }
+        srs0 = quad_sum(rs0);
+        srs1 = quad_sum(rs1);
+        unsigned char* sp = (unsigned char*)__cvta_shared_to_generic(c.slot_addr(t)) +
+                            (CHUNKS - 1) * T_CHUNK;
+        store_p_transposed(p, sp, c.r0, lane);
+        if (lane % 4 == 0) {
+            c.stat(t, 0)[c.r0] = sm0;
+            c.stat(t, 0)[c.r0 + 8] = sm1;
+            c.stat(t, 1)[c.r0] = srs0;
+            c.stat(t, 1)[c.r0 + 8] = srs1;
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbar_arrive(c.ready(t));
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[k][r] = pack_bf16(p[8 * k + 2 * r], p[8 * k + 2 * r + 1]);
+        }
+    };
+
+    // O += P_t V over this warpgroup's half, P_t from the slot's rope chunk (the other
+    // warpgroup's tile) or from registers (its own), committed.
+    auto values_other = [&](int t) {
+        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * T_CHUNK;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
+        }
+        wg_commit();
+    };
+    auto values_own = [&](int t) {
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t, ks));
+        wg_commit();
+    };
 
     // S_{t+2} if there is such a tile, else an empty group.
     auto scores_ahead = [&](int t) {
@@ -293,112 +383,15 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         }
     };
 
-    // Tile t, whose scores the other warpgroup computed: rescale O by its published maxima,
-    // then issue P_t V with P_t from the slot's rope chunk.
-    auto other = [&](int t) {
-        mbar_wait(c.full(t), c.parity(t));
-        mbar_wait(c.ready(t), c.parity(t));
-        const float mn0 = c.stat(t, 0)[c.r0], mn1 = c.stat(t, 0)[c.r0 + 8];
-        const float rs0 = c.stat(t, 1)[c.r0], rs1 = c.stat(t, 1)[c.r0 + 8];
-        if constexpr (EARLY) {
-            wg_wait1();  // P_{t-1} V (S_{t+1} may run on)
-        } else {
-            wg_wait0();
-        }
+    // Every product done, and tile t's slot (if any) given back.
+    auto drain = [&](int t) {
+        wg_wait0();
         acc_fence<128>(o);
-        if (t >= 1) c.release(t - 1);
-        const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
-        m0 = mn0;
-        m1 = mn1;
-        l0 = l0 * a0 + rs0;
-        l1 = l1 * a1 + rs1;
-        scale_rows(o, a0, a1);
-        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * T_CHUNK;
-        wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < TILE / 16; ++ks) {
-            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
-        }
-        wg_commit();
-        if constexpr (!EARLY) scores_ahead(t - 1);
+        if (t >= 0) c.release(t);
     };
 
-    // This warpgroup's tile t, first half: the softmax of S_t, P_t and its row maxima and sums
-    // published and packed as the A operand, O's rescaling factors kept in alpha0/alpha1, and
-    // P_{t-1} V waited for.
-    float alpha0 = 0.f, alpha1 = 0.f;
-    auto softmax = [&](int t) {
-        if constexpr (EARLY) {
-            wg_wait1();  // S_t (P_{t-1} V may run on)
-        } else {
-            wg_wait0();
-            acc_fence<128>(o);
-            if (t >= 1) c.release(t - 1);
-        }
-        acc_fence<16>(s);
-        float x0 = s[0], x1 = s[2];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
-            x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-        }
-        const float mn0 = fmaxf(m0, quad_max(x0) * scale_log2);
-        const float mn1 = fmaxf(m1, quad_max(x1) * scale_log2);
-        float p[16], rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float mn = e < 2 ? mn0 : mn1;
-                p[4 * j + e] = __bfloat162float(
-                    __float2bfloat16_rn(exp2f(s[4 * j + e] * scale_log2 - mn)));
-            }
-            rs0 += p[4 * j] + p[4 * j + 1];
-            rs1 += p[4 * j + 2] + p[4 * j + 3];
-        }
-        rs0 = quad_sum(rs0);
-        rs1 = quad_sum(rs1);
-        unsigned char* sp = (unsigned char*)__cvta_shared_to_generic(c.slot_addr(t)) +
-                            (CHUNKS - 1) * T_CHUNK;
-        store_p_transposed(p, sp, c.r0, lane);
-        if (lane % 4 == 0) {
-            c.stat(t, 0)[c.r0] = mn0;
-            c.stat(t, 0)[c.r0 + 8] = mn1;
-            c.stat(t, 1)[c.r0] = rs0;
-            c.stat(t, 1)[c.r0 + 8] = rs1;
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        mbar_arrive(c.ready(t));
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) a[k][r] = pack_bf16(p[8 * k + 2 * r], p[8 * k + 2 * r + 1]);
-        }
-        alpha0 = exp2f(m0 - mn0);
-        alpha1 = exp2f(m1 - mn1);
-        m0 = mn0;
-        m1 = mn1;
-        l0 = l0 * alpha0 + rs0;
-        l1 = l1 * alpha1 + rs1;
-        if constexpr (EARLY) {
-            wg_wait0();  // P_{t-1} V
-            acc_fence<128>(o);
-            if (t >= 1) c.release(t - 1);
-        }
-    };
-
-    // Second half: O rescaled, P_t V issued with P_t from registers (a), then S_{t+2}.
-    auto values = [&](int t) {
-        scale_rows(o, alpha0, alpha1);
-        wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t, ks));
-        wg_commit();
-        if constexpr (EARLY) scores_ahead(t);
-    };
-
-    // The products waited for, this warpgroup's half of the split's normalised output, and
-    // (warpgroup 0) the rows' log2-sum-exp: rows (sequence, head, split).
+    // This warpgroup's half of the split's normalised output, and (warpgroup 0) the rows'
+    // log2-sum-exp: rows (sequence, head, split).
     auto finish = [&]() {
         wg_wait0();
         acc_fence<128>(o);
@@ -420,43 +413,97 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 
     mbar_wait(bars, 0);
     int t = W;
-    if (W == 0) {  // S_0 (EARLY: then an empty group for P_{-1} V)
-        mbar_wait(c.full(0), c.parity(0));
-        issue_scores(s, c.q0, c.slot_addr(0));
-        if constexpr (EARLY) wg_commit();
-        softmax(0);
-    } else {  // EARLY: an empty group for P_{-1} V, S_1 (or another empty one); then tile 0
-        if constexpr (EARLY) {
+    if constexpr (FIRST) {
+        // In flight where the loop turns: P_t V (own), then S_{t+2} (or an empty group).
+        if (W == 0) {
+            mbar_wait(c.full(0), c.parity(0));
+            issue_scores(s, c.q0, c.slot_addr(0));
+            drain(-1);
+            softmax(0, -CUDART_INF_F, -CUDART_INF_F);
+            absorb(sm0, sm1, srs0, srs1);
+            values_own(0);
+            scores_ahead(0);
+            t = 1;  // the loop takes tiles 1 (other) and 2 (own), ...
+        } else {
             wg_commit();
             scores_ahead(-1);
+            t = 0;  // tiles 0 (other) and 1 (own), ...
         }
-        other(0);
-        if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
-            finish();
-            return;
-        }
-        softmax(1);
-    }
 #pragma unroll 1
-    for (; t + 3 < n_tiles; t += 2) {  // own tiles t and t + 2 both exist
-        values(t);
-        other(t + 1);
-        softmax(t + 2);
-    }
-    if (t < n_tiles) {  // the last own tile, and the other warpgroup's after it
-        values(t);
-        if (t + 1 < n_tiles) {
+        for (; t + 1 < n_tiles; t += 2) {
+            take(t);
+            drain(t - 1);
+            softmax(t + 1, tm0, tm1);
+            absorb(tm0, tm1, trs0, trs1);
+            values_other(t);
+            drain(t);
+            absorb(sm0, sm1, srs0, srs1);
+            values_own(t + 1);
+            scores_ahead(t + 1);
+        }
+        if (t < n_tiles) {  // the other warpgroup's last tile
+            take(t);
+            drain(t - 1);
+            absorb(tm0, tm1, trs0, trs1);
+            values_other(t);
+        }
+        finish();
+    } else {
+        // In flight before own tile t's softmax: S_t, then P_{t-1} V; none after it.
+        auto other = [&](int t) {
+            take(t);
+            wg_wait1();  // P_{t-1} V (S_{t+1} may run on)
+            acc_fence<128>(o);
+            if (t >= 1) c.release(t - 1);
+            absorb(tm0, tm1, trs0, trs1);
+            values_other(t);
+        };
+        auto own_softmax = [&](int t) {
+            wg_wait1();  // S_t (P_{t-1} V may run on)
+            softmax(t, m0, m1);
+            drain(t - 1);  // P_{t-1} V
+        };
+        auto own_values = [&](int t) {
+            absorb(sm0, sm1, srs0, srs1);
+            values_own(t);
+            scores_ahead(t);
+        };
+        if (W == 0) {  // S_0, then an empty group for P_{-1} V
+            mbar_wait(c.full(0), c.parity(0));
+            issue_scores(s, c.q0, c.slot_addr(0));
+            wg_commit();
+            own_softmax(0);
+        } else {  // an empty group for P_{-1} V, S_1 (or another empty one), then tile 0's P V
+            wg_commit();
+            scores_ahead(-1);
+            other(0);
+            if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
+                finish();
+                return;
+            }
+            own_softmax(1);
+        }
+#pragma unroll 1
+        for (; t + 3 < n_tiles; t += 2) {  // own tiles t and t + 2 both exist
+            own_values(t);
             other(t + 1);
-            if (t + 2 < n_tiles) {
-                softmax(t + 2);
-                values(t + 2);
+            own_softmax(t + 2);
+        }
+        if (t < n_tiles) {  // the last own tile, and the other warpgroup's after it
+            own_values(t);
+            if (t + 1 < n_tiles) {
+                other(t + 1);
+                if (t + 2 < n_tiles) {
+                    own_softmax(t + 2);
+                    own_values(t + 2);
+                }
             }
         }
+        finish();
     }
-    finish();
 }
 
-template <int STAGES, bool EARLY>
+template <int STAGES, bool FIRST>
 __global__ void __launch_bounds__(384, 1)
     mla_split_kernel(const __grid_constant__ CUtensorMap qn_map,
                      const __grid_constant__ CUtensorMap qp_map,
@@ -513,10 +560,10 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     gdc_wait();  // the partials are the previous merge's input
     if (wg == 0) {
-        consume<0, EARLY>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<0, FIRST>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     } else {
-        consume<1, EARLY>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<1, FIRST>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     }
 }
@@ -562,11 +609,11 @@ static CUtensorMap tensor_map(long long ptr, long long rows, int cols, int box_r
     return map;
 }
 
-template <int STAGES, bool EARLY>
+template <int STAGES, bool FIRST>
 static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, float* part_o,
                    float* part_lse, int heads, int kv_len, int tiles_per_split,
                    float scale_log2) {
-    auto kernel = mla_split_kernel<STAGES, EARLY>;
+    auto kernel = mla_split_kernel<STAGES, FIRST>;
     static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
     int device;
     check(cudaGetDevice(&device), "cudaGetDevice");
@@ -591,7 +638,7 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, floa
           "launch");
 }
 
-void launch_mla_split(int stages, bool early, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int stages, bool first, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream) {
@@ -604,7 +651,7 @@ void launch_mla_split(int stages, bool early, long long q_nope, long long q_pe, 
     const dim3 grid(batch * heads / ROWS, n_splits, 1);
     const cudaStream_t s = (cudaStream_t)stream;
 #define LAUNCH(S_, E_)                                                                         \
-    if (stages == S_ && early == E_) {                                                         \
+    if (stages == S_ && first == E_) {                                                         \
         launch<S_, E_>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,         \
                        tiles_per_split, (float)scale_log2);                                    \
         return;                                                                                \
@@ -617,7 +664,7 @@ void launch_mla_split(int stages, bool early, long long q_nope, long long q_pe, 
 """
 
 CPP_SRC = r"""
-void launch_mla_split(int stages, bool early, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int stages, bool first, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream);
@@ -820,7 +867,7 @@ def kernel(
     kpe: torch.Tensor,
     w_uv: torch.Tensor,
     num_stages: int = 4,
-    early_scores: bool = True,
+    softmax_first: bool = False,
     block_m: int = 1,
     block_k: int = 64,
     merge_warps: int = 4,
@@ -852,7 +899,7 @@ def kernel(
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _ext().launch_mla_split(
-            num_stages, early_scores, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
+            num_stages, softmax_first, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
             kpe.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
             LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
         )  # fmt: skip

@@ -163,12 +163,12 @@ SERIALISED = "wgmma.mma_async instructions are serialized"
 # The second warpgroup's start for a split of one tile, written as a branch that rejoins the
 # loop: the loop would start with its products in either of two states.
 REJOINED = (
-    """        if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
-            finish();
-            return;
-        }
-        softmax(1);""",
-    "        if (n_tiles > 1) softmax(1);",
+    """            if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
+                finish();
+                return;
+            }
+            own_softmax(1);""",
+    "            if (n_tiles > 1) own_softmax(1);",
 )
 
 
@@ -343,8 +343,8 @@ def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
         [
             (CUDA, {}),
             (CUDA, {"num_stages": 3}),
-            (CUDA, {"early_scores": False}),
-            (CUDA, {"num_stages": 3, "early_scores": False, "block_k": 128, "column_slices": 4}),
+            (CUDA, {"softmax_first": True}),
+            (CUDA, {"num_stages": 3, "softmax_first": True, "block_k": 128, "column_slices": 4}),
             (CUDA, {"block_m": 16, "block_k": 64, "merge_stages": 1}),
         ],
     )
@@ -361,9 +361,9 @@ def test_the_cuda_candidate_on_a_few_tiles(task, batch, heads, kv_len) -> None:
     shape = {**task.shapes("cuda")[0].to_dict(), "batch": batch, "heads": heads, "kv_len": kv_len}
     inputs = task.module.make_inputs(shape, 3, "cuda")
     want = task.reference(*inputs)
-    for early in (True, False):
-        got = module.kernel(*inputs, early_scores=early).double()
-        assert float((got - want).norm() / want.norm()) < 1e-2, early
+    for first in (False, True):
+        got = module.kernel(*inputs, softmax_first=first).double()
+        assert float((got - want).norm() / want.norm()) < 1e-2, first
 
 
 @pytest.mark.gpu
