@@ -262,10 +262,11 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 //  false: own tile t: wait S_t (P_{t-1} V runs on), softmax, publish P_t, wait P_{t-1} V,
 //         rescale O, issue P_t V, then S_{t+2}; other tile t: wait P_t published, wait
 //         P_{t-1} V (S_{t+1} runs on), rescale O, issue P_t V. A softmax beside a product.
-//  true:  other tile t and own tile t + 1 together: wait P_t published and every product,
-//         softmax of S_{t+1} at once on P_t's maxima, publish P_{t+1}; then rescale O, issue
-//         P_t V, wait for it, rescale O, issue P_{t+1} V and S_{t+3}. The chain from one
-//         warpgroup's publication to the other's is the softmax alone.
+//  true:  other tile t and own tile t + 1 together: wait P_{t-1} V and give its slot back,
+//         issue S_{t+1}, wait P_t published and S_{t+1}, softmax of S_{t+1} at once on P_t's
+//         maxima, publish P_{t+1}; then rescale O, issue P_t V, wait for it, rescale O, issue
+//         P_{t+1} V. The chain from one warpgroup's publication to the other's is the softmax
+//         alone, and S_{t+1} runs while P_t is awaited.
 //
 // Every wait count is a constant (an empty commit group stands in for a product not issued at
 // the ends), and the loop turns where both paths into it leave the same products in flight:
@@ -414,7 +415,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     mbar_wait(bars, 0);
     int t = W;
     if constexpr (FIRST) {
-        // In flight where the loop turns: P_t V (own), then S_{t+2} (or an empty group).
+        // In flight where the loop turns: P_{t-1} V (own; or an empty group). Waited for before
+        // S_{t+1} is issued: with wait_group 1 after S_{t+1}, ptxas serialises every wgmma.
         if (W == 0) {
             mbar_wait(c.full(0), c.parity(0));
             issue_scores(s, c.q0, c.slot_addr(0));
@@ -422,24 +424,24 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             softmax(0, -CUDART_INF_F, -CUDART_INF_F);
             absorb(sm0, sm1, srs0, srs1);
             values_own(0);
-            scores_ahead(0);
             t = 1;  // the loop takes tiles 1 (other) and 2 (own), ...
         } else {
             wg_commit();
-            scores_ahead(-1);
             t = 0;  // tiles 0 (other) and 1 (own), ...
         }
 #pragma unroll 1
         for (; t + 1 < n_tiles; t += 2) {
+            drain(t - 1);  // P_{t-1} V
+            mbar_wait(c.full(t + 1), c.parity(t + 1));
+            issue_scores(s, c.q0, c.slot_addr(t + 1));  // runs while tile t is awaited
             take(t);
-            drain(t - 1);
+            drain(-1);  // S_{t+1}
             softmax(t + 1, tm0, tm1);
             absorb(tm0, tm1, trs0, trs1);
             values_other(t);
             drain(t);
             absorb(sm0, sm1, srs0, srs1);
             values_own(t + 1);
-            scores_ahead(t + 1);
         }
         if (t < n_tiles) {  // the other warpgroup's last tile
             take(t);
