@@ -43,7 +43,6 @@ from triton.runtime.errors import OutOfResources
 LANGUAGE = "cuda"
 PARAMS = {
     "num_stages": [3, 4],
-    "softmax_first": [False, True],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -82,6 +81,7 @@ constexpr int Q_BYTES = CHUNKS * Q_CHUNK;
 constexpr int SLOT_BYTES = CHUNKS * T_CHUNK;
 constexpr int OUT_COLS = 512;
 constexpr int HALF = 256;  // a consumer warpgroup's output columns
+constexpr float LAZY = 8.f;  // log2 of how far a row's maximum may rise before it moves
 
 template <int STAGES>
 struct Layout {
@@ -189,6 +189,18 @@ __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
+// Whether v holds in every thread of the warpgroup (named barrier `id`), as a value the
+// compiler sees as warp-uniform (a branch on it may hold wgmma).
+__device__ __forceinline__ bool warpgroup_all(bool v, int id) {
+    uint32_t all;
+    asm volatile(
+        "{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.and.pred p, %2, 128, q;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(all)
+        : "r"((uint32_t)v), "r"(id)
+        : "memory");
+    return __shfl_sync(0xffffffffu, all, 0) != 0;
+}
 __device__ __forceinline__ float quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
@@ -255,23 +267,19 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 }
 
 // A consumer warpgroup, W = 0 or 1 (its output columns 256 W .. 256 W + 255; its tiles W, W + 2,
-// ...). One instance each, not one with W a variable: the two warpgroups start differently, and
-// where their paths met, the registers of the products in flight would be copied, which makes
-// ptxas serialise every wgmma. Two schedules (FIRST):
+// ...). It takes the other warpgroup's tile t and its own tile t + 1 together: wait P_{t-1} V
+// and give its slot back, issue S_{t+1} (it runs while P_t is awaited), wait P_t published and
+// S_{t+1} done, softmax of S_{t+1} at once on P_t's maxima, publish P_{t+1}; then rescale O,
+// issue P_t V and P_{t+1} V. The chain from one warpgroup's publication to the other's is the
+// softmax alone. A row's maximum moves only when a tile's exceeds it by more than 2^LAZY
+// (probabilities up to 2^LAZY, as in FlashAttention-4), so the two products mostly go out
+// together; when a maximum moves, P_t V is waited for and O rescaled between them.
 //
-//  false: own tile t: wait S_t (P_{t-1} V runs on), softmax, publish P_t, wait P_{t-1} V,
-//         rescale O, issue P_t V, then S_{t+2}; other tile t: wait P_t published, wait
-//         P_{t-1} V (S_{t+1} runs on), rescale O, issue P_t V. A softmax beside a product.
-//  true:  other tile t and own tile t + 1 together: wait P_{t-1} V and give its slot back,
-//         issue S_{t+1}, wait P_t published and S_{t+1}, softmax of S_{t+1} at once on P_t's
-//         maxima, publish P_{t+1}; then rescale O, issue P_t V, wait for it, rescale O, issue
-//         P_{t+1} V. The chain from one warpgroup's publication to the other's is the softmax
-//         alone, and S_{t+1} runs while P_t is awaited.
-//
-// Every wait count is a constant (an empty commit group stands in for a product not issued at
-// the ends), and the loop turns where both paths into it leave the same products in flight:
-// otherwise ptxas cannot follow the pipeline and serialises every wgmma.
-template <int W, bool FIRST>
+// One instance a warpgroup, not one with W a variable: the two start differently, and where
+// their paths met, the registers of the products in flight would be copied. Every wait count is
+// a constant and the loop turns with one group in flight on every path into it: otherwise
+// ptxas cannot follow the pipeline and serialises every wgmma.
+template <int W>
 __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bars, float* stats,
                                         int n_tiles, int stages, float scale_log2,
                                         float* __restrict__ part_o, float* __restrict__ part_lse,
@@ -311,7 +319,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         trs1 = c.stat(t, 1)[c.r0 + 8];
     };
 
-    // The softmax of S_t (done) over the maxima so far (b0, b1): P_t into the slot's rope chunk
+    // The softmax of S_t (done) over the maxima so far (b0, b1), which move only where S_t's
+    // exceed them by more than 2^LAZY: P_t into the slot's rope chunk
     // and registers (a), its maxima and sums into the slot's stats (and sm*, srs*), published.
     float sm0, sm1, srs0, srs1;
     auto softmax = [&](int t, float b0, float b1) {
@@ -322,8 +331,10 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
             x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
-        sm0 = fmaxf(b0, quad_max(x0) * scale_log2);
-        sm1 = fmaxf(b1, quad_max(x1) * scale_log2);
+        x0 = quad_max(x0) * scale_log2;
+        x1 = quad_max(x1) * scale_log2;
+        sm0 = x0 > b0 + LAZY ? x0 : b0;
+        sm1 = x1 > b1 + LAZY ? x1 : b1;
         float p[16], rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -373,6 +384,18 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t, ks));
         wg_commit();
     };
+    // Both in one group: the other warpgroup's tile t, then this one's t + 1.
+    auto values_both = [&](int t) {
+        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * T_CHUNK;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
+        }
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t + 1, ks));
+        wg_commit();
+    };
 
     // S_{t+2} if there is such a tile, else an empty group.
     auto scores_ahead = [&](int t) {
@@ -414,98 +437,55 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 
     mbar_wait(bars, 0);
     int t = W;
-    if constexpr (FIRST) {
-        // In flight where the loop turns: P_{t-1} V (own; or an empty group). Waited for before
-        // S_{t+1} is issued: with wait_group 1 after S_{t+1}, ptxas serialises every wgmma.
-        if (W == 0) {
-            mbar_wait(c.full(0), c.parity(0));
-            issue_scores(s, c.q0, c.slot_addr(0));
-            drain(-1);
-            softmax(0, -CUDART_INF_F, -CUDART_INF_F);
-            absorb(sm0, sm1, srs0, srs1);
-            values_own(0);
-            t = 1;  // the loop takes tiles 1 (other) and 2 (own), ...
-        } else {
-            wg_commit();
-            t = 0;  // tiles 0 (other) and 1 (own), ...
-        }
+    // In flight where the loop turns: P_{t-1} V (own; or an empty group). Waited for before
+    // S_{t+1} is issued: with wait_group 1 after S_{t+1}, ptxas serialises every wgmma.
+    if (W == 0) {
+        mbar_wait(c.full(0), c.parity(0));
+        issue_scores(s, c.q0, c.slot_addr(0));
+        drain(-1);
+        softmax(0, -CUDART_INF_F, -CUDART_INF_F);
+        absorb(sm0, sm1, srs0, srs1);
+        values_own(0);
+        t = 1;  // the loop takes tiles 1 (other) and 2 (own), ...
+    } else {
+        wg_commit();
+        t = 0;  // tiles 0 (other) and 1 (own), ...
+    }
+    int held = -1;  // the other warpgroup's tile whose product went out with this one's
 #pragma unroll 1
-        for (; t + 1 < n_tiles; t += 2) {
-            drain(t - 1);  // P_{t-1} V
-            mbar_wait(c.full(t + 1), c.parity(t + 1));
-            issue_scores(s, c.q0, c.slot_addr(t + 1));  // runs while tile t is awaited
-            take(t);
-            drain(-1);  // S_{t+1}
-            softmax(t + 1, tm0, tm1);
-            absorb(tm0, tm1, trs0, trs1);
+    for (; t + 1 < n_tiles; t += 2) {
+        drain(t - 1);  // P_{t-1} V (and P_{t-2} V with it)
+        if (held >= 0) c.release(held);
+        mbar_wait(c.full(t + 1), c.parity(t + 1));
+        issue_scores(s, c.q0, c.slot_addr(t + 1));  // runs while tile t is awaited
+        take(t);
+        drain(-1);  // S_{t+1}
+        softmax(t + 1, tm0, tm1);
+        absorb(tm0, tm1, trs0, trs1);
+        if (warpgroup_all(sm0 == tm0 && sm1 == tm1, 1 + W)) {  // no maximum moved
+            l0 += srs0;
+            l1 += srs1;
+            values_both(t);
+            held = t;
+        } else {
             values_other(t);
             drain(t);
             absorb(sm0, sm1, srs0, srs1);
             values_own(t + 1);
+            held = -1;
         }
-        if (t < n_tiles) {  // the other warpgroup's last tile
-            take(t);
-            drain(t - 1);
-            absorb(tm0, tm1, trs0, trs1);
-            values_other(t);
-        }
-        finish();
-    } else {
-        // In flight before own tile t's softmax: S_t, then P_{t-1} V; none after it.
-        auto other = [&](int t) {
-            take(t);
-            wg_wait1();  // P_{t-1} V (S_{t+1} may run on)
-            acc_fence<128>(o);
-            if (t >= 1) c.release(t - 1);
-            absorb(tm0, tm1, trs0, trs1);
-            values_other(t);
-        };
-        auto own_softmax = [&](int t) {
-            wg_wait1();  // S_t (P_{t-1} V may run on)
-            softmax(t, m0, m1);
-            drain(t - 1);  // P_{t-1} V
-        };
-        auto own_values = [&](int t) {
-            absorb(sm0, sm1, srs0, srs1);
-            values_own(t);
-            scores_ahead(t);
-        };
-        if (W == 0) {  // S_0, then an empty group for P_{-1} V
-            mbar_wait(c.full(0), c.parity(0));
-            issue_scores(s, c.q0, c.slot_addr(0));
-            wg_commit();
-            own_softmax(0);
-        } else {  // an empty group for P_{-1} V, S_1 (or another empty one), then tile 0's P V
-            wg_commit();
-            scores_ahead(-1);
-            other(0);
-            if (n_tiles == 1) {  // a path of its own: the loop must not start in two states
-                finish();
-                return;
-            }
-            own_softmax(1);
-        }
-#pragma unroll 1
-        for (; t + 3 < n_tiles; t += 2) {  // own tiles t and t + 2 both exist
-            own_values(t);
-            other(t + 1);
-            own_softmax(t + 2);
-        }
-        if (t < n_tiles) {  // the last own tile, and the other warpgroup's after it
-            own_values(t);
-            if (t + 1 < n_tiles) {
-                other(t + 1);
-                if (t + 2 < n_tiles) {
-                    own_softmax(t + 2);
-                    own_values(t + 2);
-                }
-            }
-        }
-        finish();
     }
+    if (t < n_tiles) {  // the other warpgroup's last tile
+        take(t);
+        drain(t - 1);
+        if (held >= 0) c.release(held);
+        absorb(tm0, tm1, trs0, trs1);
+        values_other(t);
+    }
+    finish();
 }
 
-template <int STAGES, bool FIRST>
+template <int STAGES>
 __global__ void __launch_bounds__(384, 1)
     mla_split_kernel(const __grid_constant__ CUtensorMap qn_map,
                      const __grid_constant__ CUtensorMap qp_map,
@@ -562,10 +542,10 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     gdc_wait();  // the partials are the previous merge's input
     if (wg == 0) {
-        consume<0, FIRST>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     } else {
-        consume<1, FIRST>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<1>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     }
 }
@@ -611,11 +591,11 @@ static CUtensorMap tensor_map(long long ptr, long long rows, int cols, int box_r
     return map;
 }
 
-template <int STAGES, bool FIRST>
+template <int STAGES>
 static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, float* part_o,
                    float* part_lse, int heads, int kv_len, int tiles_per_split,
                    float scale_log2) {
-    auto kernel = mla_split_kernel<STAGES, FIRST>;
+    auto kernel = mla_split_kernel<STAGES>;
     static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
     int device;
     check(cudaGetDevice(&device), "cudaGetDevice");
@@ -640,7 +620,7 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, floa
           "launch");
 }
 
-void launch_mla_split(int stages, bool first, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream) {
@@ -652,21 +632,23 @@ void launch_mla_split(int stages, bool first, long long q_nope, long long q_pe, 
     };
     const dim3 grid(batch * heads / ROWS, n_splits, 1);
     const cudaStream_t s = (cudaStream_t)stream;
-#define LAUNCH(S_, E_)                                                                         \
-    if (stages == S_ && first == E_) {                                                         \
-        launch<S_, E_>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,         \
-                       tiles_per_split, (float)scale_log2);                                    \
-        return;                                                                                \
+    if (stages == 3) {
+        launch<3>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                  tiles_per_split, (float)scale_log2);
+        return;
     }
-    LAUNCH(3, true) LAUNCH(4, true) LAUNCH(3, false) LAUNCH(4, false)
-#undef LAUNCH
+    if (stages == 4) {
+        launch<4>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                  tiles_per_split, (float)scale_log2);
+        return;
+    }
     throw std::runtime_error("cuda MLA split kernel: no build for " + std::to_string(stages) +
                              " stages");
 }
 """
 
 CPP_SRC = r"""
-void launch_mla_split(int stages, bool first, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream);
@@ -869,7 +851,6 @@ def kernel(
     kpe: torch.Tensor,
     w_uv: torch.Tensor,
     num_stages: int = 4,
-    softmax_first: bool = False,
     block_m: int = 1,
     block_k: int = 64,
     merge_warps: int = 4,
@@ -901,7 +882,7 @@ def kernel(
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _ext().launch_mla_split(
-            num_stages, softmax_first, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
+            num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
             kpe.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
             LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
         )  # fmt: skip
