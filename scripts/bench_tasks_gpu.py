@@ -1167,9 +1167,8 @@ PLANS = [
         "cuda_mla_decode_value.py",
         ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
         _grid(
-            {"half_partials": [False, True], "block_m": [16], "block_k": [128]}
-            | {"merge_warps": [8]},
-            {"half_partials": True, "block_m": 16, "block_k": 64, "merge_warps": 4},
+            {"num_stages": [3, 4], "block_m": [16], "block_k": [128], "merge_warps": [8]},
+            {"block_m": 16, "block_k": 64, "merge_warps": 4},
         ),
         tag="cudamla16",
         peers=FUSED_PEERS,
@@ -1179,7 +1178,7 @@ PLANS = [
         "mla_decode_value",
         "cuda_mla_decode_value.py",
         ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
-        _grid({"half_partials": [False, True], "block_k": [128], "column_slices": [4]}),
+        _grid({"num_stages": [3, 4], "block_k": [128], "column_slices": [4]}),
         tag="cudamla1",
         peers=FUSED_PEERS,
         rivals=[("gluon_mla_decode_value.py", {"block_k": 128, "column_slices": 4})],

@@ -26,9 +26,7 @@ to the consumers (setmaxnreg).
 Launched on torch's current stream (CUDA graphs capture it) with programmatic dependent launch:
 every warpgroup waits for the kernel before it (griddepcontrol.wait) before it reads an input
 or writes a partial, and the loader then lets the merge launch, which waits in turn. Partials
-as the Gluon kernel lays them out: part_o (sequence, head, split) rows of 512 fp32 (fp16 with
-half_partials: half the bytes for the split kernel's last stores and the merge's reads; a
-normalised row of O is a weighted mean of cache rows, well inside fp16's range), normalised,
+as the Gluon kernel lays them out: part_o (sequence, head, split) rows of 512 fp32, normalised,
 and part_lse their log2-sum-exp. The merge kernel is the Gluon candidate's, copied (a candidate
 imports no other). bf16 on sm_90 only, heads a multiple of 64, rank 512, rope 64, v_head_dim
 128, a cache length a multiple of 32; anything else is a ValueError naming what."""
@@ -45,7 +43,6 @@ from triton.runtime.errors import OutOfResources
 LANGUAGE = "cuda"
 PARAMS = {
     "num_stages": [3, 4],
-    "half_partials": [False, True],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -65,12 +62,10 @@ MAX_SPLITS = 128  # the splits a merge program reads in one step
 CUDA_SRC = r"""
 #include <cuda.h>
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 // Shared memory, from a 1024-byte aligned base: Q (9 chunks of 64 rows x 128 bytes: latent
 // columns 64c..64c+63, then the rope), the ring (STAGES slots of 9 chunks of 32 rows x 128
@@ -168,14 +163,6 @@ __device__ __forceinline__ void acc_fence(float* d) {
 }
 
 @WGMMA@
-
-// Two neighbouring partial outputs, as fp32 or rounded to fp16.
-__device__ __forceinline__ void store_pair(float* at, float lo, float hi) {
-    *(float2*)at = make_float2(lo, hi);
-}
-__device__ __forceinline__ void store_pair(__half* at, float lo, float hi) {
-    *(__half2*)at = __floats2half2_rn(lo, hi);
-}
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -292,10 +279,10 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 // their paths met, the registers of the products in flight would be copied. Every wait count is
 // a constant and the loop turns with one group in flight on every path into it: otherwise
 // ptxas cannot follow the pipeline and serialises every wgmma.
-template <int W, typename Part>
+template <int W>
 __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bars, float* stats,
                                         int n_tiles, int stages, float scale_log2,
-                                        Part* __restrict__ part_o, float* __restrict__ part_lse,
+                                        float* __restrict__ part_o, float* __restrict__ part_lse,
                                         int q_row, int split, int n_splits) {
     const int lane = (int)threadIdx.x % 32;
     Consumer c{q0, ring, bars, stats, n_tiles, stages, W,
@@ -435,12 +422,12 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         const long long row0 = (long long)(q_row + c.r0) * n_splits + split;
         const long long row1 = row0 + 8ll * n_splits;
         const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-        Part* out0 = part_o + row0 * OUT_COLS + W * HALF + 2 * (lane % 4);
-        Part* out1 = part_o + row1 * OUT_COLS + W * HALF + 2 * (lane % 4);
+        float* out0 = part_o + row0 * OUT_COLS + W * HALF + 2 * (lane % 4);
+        float* out1 = part_o + row1 * OUT_COLS + W * HALF + 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
-            store_pair(out0 + 8 * j, o[4 * j] * inv0, o[4 * j + 1] * inv0);
-            store_pair(out1 + 8 * j, o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+            *(float2*)(out0 + 8 * j) = make_float2(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            *(float2*)(out1 + 8 * j) = make_float2(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
         }
         if (W == 0 && lane % 4 == 0) {
             part_lse[row0] = m0 + log2f(l0);
@@ -498,12 +485,12 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     finish();
 }
 
-template <int STAGES, typename Part>
+template <int STAGES>
 __global__ void __launch_bounds__(384, 1)
     mla_split_kernel(const __grid_constant__ CUtensorMap qn_map,
                      const __grid_constant__ CUtensorMap qp_map,
                      const __grid_constant__ CUtensorMap c_map,
-                     const __grid_constant__ CUtensorMap p_map, Part* __restrict__ part_o,
+                     const __grid_constant__ CUtensorMap p_map, float* __restrict__ part_o,
                      float* __restrict__ part_lse, int heads, int kv_len, int tiles_per_split,
                      float scale_log2) {
     using L = Layout<STAGES>;
@@ -555,10 +542,10 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     gdc_wait();  // the partials are the previous merge's input
     if (wg == 0) {
-        consume<0, Part>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     } else {
-        consume<1, Part>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+        consume<1>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
     }
 }
@@ -604,11 +591,11 @@ static CUtensorMap tensor_map(long long ptr, long long rows, int cols, int box_r
     return map;
 }
 
-template <int STAGES, typename Part>
-static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, Part* part_o,
+template <int STAGES>
+static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, float* part_o,
                    float* part_lse, int heads, int kv_len, int tiles_per_split,
                    float scale_log2) {
-    auto kernel = mla_split_kernel<STAGES, Part>;
+    auto kernel = mla_split_kernel<STAGES>;
     static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
     int device;
     check(cudaGetDevice(&device), "cudaGetDevice");
@@ -633,7 +620,7 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, Part
           "launch");
 }
 
-void launch_mla_split(int stages, bool half_partials, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream) {
@@ -645,21 +632,23 @@ void launch_mla_split(int stages, bool half_partials, long long q_nope, long lon
     };
     const dim3 grid(batch * heads / ROWS, n_splits, 1);
     const cudaStream_t s = (cudaStream_t)stream;
-#define LAUNCH(S_, P_)                                                                         \
-    if (stages == S_ && half_partials == std::is_same<P_, __half>::value) {                    \
-        launch<S_, P_>(grid, s, maps, (P_*)part_o, (float*)part_lse, heads, kv_len,            \
-                       tiles_per_split, (float)scale_log2);                                    \
-        return;                                                                                \
+    if (stages == 3) {
+        launch<3>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                  tiles_per_split, (float)scale_log2);
+        return;
     }
-    LAUNCH(3, float) LAUNCH(4, float) LAUNCH(3, __half) LAUNCH(4, __half)
-#undef LAUNCH
+    if (stages == 4) {
+        launch<4>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                  tiles_per_split, (float)scale_log2);
+        return;
+    }
     throw std::runtime_error("cuda MLA split kernel: no build for " + std::to_string(stages) +
                              " stages");
 }
 """
 
 CPP_SRC = r"""
-void launch_mla_split(int stages, bool half_partials, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream);
@@ -862,7 +851,6 @@ def kernel(
     kpe: torch.Tensor,
     w_uv: torch.Tensor,
     num_stages: int = 4,
-    half_partials: bool = False,
     block_m: int = 1,
     block_k: int = 64,
     merge_warps: int = 4,
@@ -883,8 +871,7 @@ def kernel(
     tiles = split_tiles(programs, kv_len // TILE, sms)
     n_splits = triton.cdiv(kv_len // TILE, tiles)
     block_s = max(2, triton.next_power_of_2(n_splits))
-    part_dtype = torch.float16 if half_partials else torch.float32
-    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=part_dtype)
+    part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
     tiles_m = triton.cdiv(b, block_m)
     sums = counts = None
@@ -895,7 +882,7 @@ def kernel(
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _ext().launch_mla_split(
-            num_stages, half_partials, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
+            num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
             kpe.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
             LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
         )  # fmt: skip
