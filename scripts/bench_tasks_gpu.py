@@ -1159,9 +1159,10 @@ PLANS = [
         tag="mlavalue16",
         peers=FUSED_PEERS,
     ),
-    # The CUDA C++ split kernel (cuda_mla_decode_value.py: products kept in flight while a
-    # warpgroup's softmax runs) against the Gluon one, each with the merge the tables run at
-    # 16 and 64 sequences (session 47's), and that merge's neighbours.
+    # The CUDA C++ split kernel (cuda_mla_decode_value.py: one warpgroup's softmax beside the
+    # other's products) against the Gluon one at both ring depths, each with the merge the
+    # tables run at 16 sequences (session 47's) and one with 64-column steps; then at one
+    # sequence with the tables' merge there (four column slices).
     Plan(
         "mla_decode_value",
         "cuda_mla_decode_value.py",

@@ -1,7 +1,7 @@
 """MLA decode and its value projection for Hopper (sm_90a): the split kernel of
 gluon_mla_decode_value.py written in CUDA C++ (torch's load_inline, inline PTX for TMA, mbarriers
-and wgmma), so that each warpgroup keeps a tensor-core product in flight while it computes a
-softmax, then the same Triton kernel that merges a head's splits and multiplies by its W_UV.
+and wgmma), with a schedule the Gluon kernel cannot write, then the same Triton kernel that
+merges a head's splits and multiplies by its W_UV.
 
 A CTA takes 64 heads of one sequence over one split of the cache, in 32-row tiles: Q (64 x 576,
 72 KiB) stays in shared memory, the tiles stream through a ring of `num_stages` slots (36 KiB
@@ -11,17 +11,16 @@ and compute the scores of every other tile: the owner of tile t turns S_t into p
 (bf16), publishes them, transposed, in the slot's rope chunk (which only S_t reads) with their
 row maxima and sums, and multiplies its half of the values with P_t from its registers; the
 other warpgroup rescales its half by the published maxima and multiplies with P_t from shared
-memory. The order each warpgroup issues its products in (wgmma.wait_group 1):
+memory. A warpgroup takes the other's tile t and its own tile t + 1 together:
 
-    own tile t:    wait S_t (P_{t-1} V still running) -> softmax, publish P_t -> wait P_{t-1} V,
-                   free slot t-1 -> rescale O, issue P_t V -> issue S_{t+2}
-    other tile t:  wait P_t published -> wait P_{t-1} V (S_{t+1} still running), free slot t-1
-                   -> rescale O, issue P_t V
+    wait P_{t-1} V, free its slot -> issue S_{t+1} -> wait P_t published and S_{t+1} ->
+    softmax of S_{t+1} on P_t's maxima, publish P_{t+1} -> rescale O, issue P_t V -> wait it,
+    free slot t -> rescale O, issue P_{t+1} V
 
-so the softmax of one tile runs beside the other tile's value product and the scores two tiles
-on; the Gluon kernel waits for every product before its softmax. S_{t+2} is issued while tiles
-t and t+1 are still read, hence three slots at least. The loader warpgroup gives its registers
-to the consumers (setmaxnreg).
+so the chain from one warpgroup's publication to the other's is the softmax alone, S_{t+1} runs
+while P_t is awaited, and one warpgroup's softmax runs beside the other's products (the Gluon
+kernel's owner computes the other tile's value product before its own softmax). The loader
+warpgroup gives its registers to the consumers (setmaxnreg).
 
 Launched on torch's current stream (CUDA graphs capture it) with programmatic dependent launch:
 every warpgroup waits for the kernel before it (griddepcontrol.wait) before it reads an input
@@ -29,7 +28,8 @@ or writes a partial, and the loader then lets the merge launch, which waits in t
 as the Gluon kernel lays them out: part_o (sequence, head, split) rows of 512 fp32, normalised,
 and part_lse their log2-sum-exp. The merge kernel is the Gluon candidate's, copied (a candidate
 imports no other). bf16 on sm_90 only, heads a multiple of 64, rank 512, rope 64, v_head_dim
-128, a cache length a multiple of 32; anything else is a ValueError naming what."""
+128, a cache length a multiple of 32; anything else is a ValueError naming what. Builds with
+CUDA 12.5 or later (cudaGetDriverEntryPointByVersion finds cuTensorMapEncodeTiled)."""
 
 import functools
 import math
@@ -81,7 +81,6 @@ constexpr int Q_BYTES = CHUNKS * Q_CHUNK;
 constexpr int SLOT_BYTES = CHUNKS * T_CHUNK;
 constexpr int OUT_COLS = 512;
 constexpr int HALF = 256;  // a consumer warpgroup's output columns
-constexpr float LAZY = 8.f;  // log2 of how far a row's maximum may rise before it moves
 
 template <int STAGES>
 struct Layout {
@@ -149,9 +148,6 @@ __device__ __forceinline__ void wg_fence() {
 __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wg_wait1() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
 __device__ __forceinline__ void wg_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
@@ -189,18 +185,6 @@ __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
-// Whether v holds in every thread of the warpgroup (named barrier `id`), as a value the
-// compiler sees as warp-uniform (a branch on it may hold wgmma).
-__device__ __forceinline__ bool warpgroup_all(bool v, int id) {
-    uint32_t all;
-    asm volatile(
-        "{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.and.pred p, %2, 128, q;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(all)
-        : "r"((uint32_t)v), "r"(id)
-        : "memory");
-    return __shfl_sync(0xffffffffu, all, 0) != 0;
-}
 __device__ __forceinline__ float quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
@@ -222,9 +206,8 @@ __device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) 
 struct Consumer {
     uint32_t q0, ring, bars;
     float* stats;
-    int n_tiles, stages, half;
+    int stages, half;
     int r0, lane;
-    float scale_log2;
 
     __device__ uint32_t slot_addr(int t) const { return ring + (t % stages) * SLOT_BYTES; }
     __device__ uint32_t full(int t) const { return bars + 8 * (1 + t % stages); }
@@ -267,13 +250,7 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 }
 
 // A consumer warpgroup, W = 0 or 1 (its output columns 256 W .. 256 W + 255; its tiles W, W + 2,
-// ...). It takes the other warpgroup's tile t and its own tile t + 1 together: wait P_{t-1} V
-// and give its slot back, issue S_{t+1} (it runs while P_t is awaited), wait P_t published and
-// S_{t+1} done, softmax of S_{t+1} at once on P_t's maxima, publish P_{t+1}; then rescale O,
-// issue P_t V and P_{t+1} V. The chain from one warpgroup's publication to the other's is the
-// softmax alone. A row's maximum moves only when a tile's exceeds it by more than 2^LAZY
-// (probabilities up to 2^LAZY, as in FlashAttention-4), so the two products mostly go out
-// together; when a maximum moves, P_t V is waited for and O rescaled between them.
+// ...), in the order the module's docstring gives.
 //
 // One instance a warpgroup, not one with W a variable: the two start differently, and where
 // their paths met, the registers of the products in flight would be copied. Every wait count is
@@ -285,8 +262,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
                                         float* __restrict__ part_o, float* __restrict__ part_lse,
                                         int q_row, int split, int n_splits) {
     const int lane = (int)threadIdx.x % 32;
-    Consumer c{q0, ring, bars, stats, n_tiles, stages, W,
-               16 * ((int)threadIdx.x % 128 / 32) + lane / 4, lane, scale_log2};
+    Consumer c{q0, ring, bars, stats, stages, W, 16 * ((int)threadIdx.x % 128 / 32) + lane / 4,
+               lane};
     float o[128], s[16];
     uint32_t a[2][4];
 #pragma unroll
@@ -319,8 +296,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         trs1 = c.stat(t, 1)[c.r0 + 8];
     };
 
-    // The softmax of S_t (done) over the maxima so far (b0, b1), which move only where S_t's
-    // exceed them by more than 2^LAZY: P_t into the slot's rope chunk
+    // The softmax of S_t (done) over the maxima so far (b0, b1): P_t into the slot's rope chunk
     // and registers (a), its maxima and sums into the slot's stats (and sm*, srs*), published.
     float sm0, sm1, srs0, srs1;
     auto softmax = [&](int t, float b0, float b1) {
@@ -331,10 +307,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
             x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
-        x0 = quad_max(x0) * scale_log2;
-        x1 = quad_max(x1) * scale_log2;
-        sm0 = x0 > b0 + LAZY ? x0 : b0;
-        sm1 = x1 > b1 + LAZY ? x1 : b1;
+        sm0 = fmaxf(b0, quad_max(x0) * scale_log2);
+        sm1 = fmaxf(b1, quad_max(x1) * scale_log2);
         float p[16], rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -384,28 +358,6 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t, ks));
         wg_commit();
     };
-    // Both in one group: the other warpgroup's tile t, then this one's t + 1.
-    auto values_both = [&](int t) {
-        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * T_CHUNK;
-        wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < TILE / 16; ++ks) {
-            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
-        }
-#pragma unroll
-        for (int ks = 0; ks < TILE / 16; ++ks) wgmma_rs_t(o, a[ks], c.v_desc(t + 1, ks));
-        wg_commit();
-    };
-
-    // S_{t+2} if there is such a tile, else an empty group.
-    auto scores_ahead = [&](int t) {
-        if (t + 2 < n_tiles) {
-            mbar_wait(c.full(t + 2), c.parity(t + 2));
-            issue_scores(s, c.q0, c.slot_addr(t + 2));
-        } else {
-            wg_commit();
-        }
-    };
 
     // Every product done, and tile t's slot (if any) given back.
     auto drain = [&](int t) {
@@ -451,34 +403,23 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         wg_commit();
         t = 0;  // tiles 0 (other) and 1 (own), ...
     }
-    int held = -1;  // the other warpgroup's tile whose product went out with this one's
 #pragma unroll 1
     for (; t + 1 < n_tiles; t += 2) {
-        drain(t - 1);  // P_{t-1} V (and P_{t-2} V with it)
-        if (held >= 0) c.release(held);
+        drain(t - 1);  // P_{t-1} V
         mbar_wait(c.full(t + 1), c.parity(t + 1));
         issue_scores(s, c.q0, c.slot_addr(t + 1));  // runs while tile t is awaited
         take(t);
         drain(-1);  // S_{t+1}
         softmax(t + 1, tm0, tm1);
         absorb(tm0, tm1, trs0, trs1);
-        if (warpgroup_all(sm0 == tm0 && sm1 == tm1, 1 + W)) {  // no maximum moved
-            l0 += srs0;
-            l1 += srs1;
-            values_both(t);
-            held = t;
-        } else {
-            values_other(t);
-            drain(t);
-            absorb(sm0, sm1, srs0, srs1);
-            values_own(t + 1);
-            held = -1;
-        }
+        values_other(t);
+        drain(t);
+        absorb(sm0, sm1, srs0, srs1);
+        values_own(t + 1);
     }
     if (t < n_tiles) {  // the other warpgroup's last tile
         take(t);
         drain(t - 1);
-        if (held >= 0) c.release(held);
         absorb(tm0, tm1, trs0, trs1);
         values_other(t);
     }
@@ -519,7 +460,7 @@ __global__ void __launch_bounds__(384, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (threadIdx.x != 256) return;
         gdc_wait();
-        gdc_launch_dependents();
+        gdc_launch_dependents();  // after the wait: the merge reads W_UV before its own
         const uint32_t q0 = smem_u32(base), ring = smem_u32(base + L::ring);
         mbar_expect_tx(bars, Q_BYTES);
         for (int c = 0; c < CHUNKS - 1; ++c) {
@@ -540,7 +481,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
-    gdc_wait();  // the partials are the previous merge's input
+    gdc_wait();  // part_o may reuse memory the previous call's merge is still reading
     if (wg == 0) {
         consume<0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
                    n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
@@ -599,11 +540,11 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, floa
     static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
     int device;
     check(cudaGetDevice(&device), "cudaGetDevice");
-    if (!(sized >> device & 1)) {
+    if (device >= 64 || !(sized >> device & 1)) {  // past 64 devices: set it every launch
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    Layout<STAGES>::bytes),
               "shared memory");
-        sized |= 1ull << device;
+        if (device < 64) sized |= 1ull << device;
     }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
@@ -730,8 +671,8 @@ def _merge_value_kernel(po_ptr, plse_ptr, w_ptr, y_ptr, sum_ptr, count_ptr, B, H
     y's dtype, times the head's W_UV (DV x R); y is (sequence, head, DV). With COLUMN_SLICES
     above 1, a program takes one slice of the R columns and stores its product in sum_ptr; the
     last of a tile's slices to count itself in count_ptr adds them up and stores y. Its first
-    weight tile, which nothing earlier in the stream writes, is loaded before its
-    griddepcontrol.wait (the split kernel lets it launch early)."""
+    weight tile is loaded before its griddepcontrol.wait: the split kernel lets it launch only
+    after its own wait, so whatever wrote W_UV before the split kernel is done."""
     head = tl.program_id(1)
     slice_cols: tl.constexpr = R // COLUMN_SLICES
     col0 = tl.program_id(2) * slice_cols
@@ -828,7 +769,7 @@ def _refusal(q_nope, q_pe, ckv, kpe, w_uv, num_stages: int, block_m: int, block_
     if b * max(h, kv_len) >= 2**31:
         return f"batch {b} x {max(h, kv_len)} rows above TMA's 32-bit coordinates"
     if num_stages not in PARAMS["num_stages"]:
-        return f"num_stages {num_stages}: one of {PARAMS['num_stages']} (S_t+2 needs 3 slots)"
+        return f"num_stages {num_stages}: one of {PARAMS['num_stages']} (the ring depths built)"
     if block_m not in (1, 16):
         return f"block_m {block_m}: 1 (CUDA cores) or 16 (tensor cores)"
     if block_k < (16 if block_m == 16 else 1) or block_k & (block_k - 1) or RANK % block_k:

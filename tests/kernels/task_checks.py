@@ -91,15 +91,15 @@ def _nvrtc_or_skip():
     return nvrtc
 
 
-def nvcc_with_sm90a() -> str | None:
+def nvcc_with_sm90a(minimum: tuple[int, int] = (12, 0)) -> str | None:
     """An nvcc (on PATH or under CUDA_HOME or /usr/local/cuda) that can build for sm_90a: CUDA
-    12.0 or later (its --list-gpu-arch names compute_90, not the `a` variants)."""
+    12.0 or later (its --list-gpu-arch names compute_90, not the `a` variants), or `minimum`."""
     home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     for nvcc in (shutil.which("nvcc"), str(Path(home) / "bin" / "nvcc")):
         if nvcc and Path(nvcc).exists():
             version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-            release = re.search(r"release (\d+)\.", version)
-            if release and int(release.group(1)) >= 12:
+            release = re.search(r"release (\d+)\.(\d+)", version)
+            if release and (int(release.group(1)), int(release.group(2))) >= minimum:
                 return nvcc
     return None
 
