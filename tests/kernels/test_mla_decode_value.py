@@ -176,11 +176,14 @@ WAIT_ONE = (
 
 
 def _ptxas_log(source: str, folder: Path) -> str:
+    """ptxas's notes on `source` built as load_inline builds it (its nvcc flags, -O3, sm_90a)."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
     cu = folder / "split.cu"
     cu.write_text(source)
     built = subprocess.run(
-        [NVCC, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-Xptxas", "-v", "-c", str(cu),
-         "-o", str(folder / "split.o")],
+        [NVCC, *COMMON_NVCC_FLAGS, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-Xptxas",
+         "-v", "-c", str(cu), "-o", str(folder / "split.o")],
         capture_output=True,
         text=True,
     )  # fmt: skip
