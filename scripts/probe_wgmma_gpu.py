@@ -59,10 +59,12 @@ Exit codes: 0 all tests pass, 1 a test (or the build) fails, 2 no CUDA device / 
 
 import argparse
 import functools
+import importlib.util
 import json
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -512,45 +514,28 @@ void launch_probe(int test, long long a, long long b, long long out, int a_lbo, 
 """
 
 
+# The probe's wgmma forms: (name, N, A from registers, imm-trans-a, imm-trans-b). wgmma_ss (A and
+# B K-major from shared memory, N = 32 or 64), wgmma_ss_t (A K-major, B transposed = MN-major;
+# N = 64 or 256), wgmma_ss_tt (both MN-major, N = 256) and wgmma_rs_t (A from registers, B
+# MN-major, N = 256).
+WGMMA_FORMS = (
+    ("wgmma_ss", 64, False, 0, 0),
+    ("wgmma_ss", 32, False, 0, 0),
+    ("wgmma_ss_t", 64, False, 0, 1),
+    ("wgmma_ss_t", 256, False, 0, 1),
+    ("wgmma_ss_tt", 256, False, 1, 1),
+    ("wgmma_rs_t", 256, True, 0, 1),
+)
+
+
 def _wgmma_wrappers() -> str:
-    """The inline-PTX wgmma calls, one accumulator operand per register (hence generated), as
-    overloads on the accumulator array's size N/2: wgmma_ss (A and B K-major from shared memory,
-    N = 32 or 64), wgmma_ss_t (A K-major, B transposed = MN-major; N = 64 or 256), wgmma_ss_tt
-    (both MN-major, N = 256) and wgmma_rs_t (A from registers, B MN-major, N = 256). scale-d is
-    a predicate (D = A B + D when true)."""
-    out = []
-    for name, n, a_regs, trans_a, trans_b in (
-        ("wgmma_ss", 64, False, 0, 0),
-        ("wgmma_ss", 32, False, 0, 0),
-        ("wgmma_ss_t", 64, False, 0, 1),
-        ("wgmma_ss_t", 256, False, 0, 1),
-        ("wgmma_ss_tt", 256, False, 1, 1),
-        ("wgmma_rs_t", 256, True, 0, 1),
-    ):
-        nd = n // 2
-        if a_regs:  # d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
-            a_op, b_op, sc = ", ".join(f"%{nd + i}" for i in range(4)), nd + 4, nd + 5
-            a_op, imm = f"{{{a_op}}}", f"1, 1, {trans_b}"
-            params, ins = (
-                "const uint32_t* a, uint64_t db",
-                ", ".join([f'"r"(a[{i}])' for i in range(4)] + ['"l"(db)', '"r"(scale_d)']),
-            )
-        else:  # d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
-            a_op, b_op, sc, imm = f"%{nd}", nd + 1, nd + 2, f"1, 1, {trans_a}, {trans_b}"
-            params, ins = "uint64_t da, uint64_t db", '"l"(da), "l"(db), "r"(scale_d)'
-        acc = ", ".join(f"%{i}" for i in range(nd))
-        outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
-        out.append(
-            f"__device__ __forceinline__ void {name}(float (&d)[{nd}], {params}, "
-            "int scale_d = 1) {\n"
-            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sc}, 0;\\n"\n'
-            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "\n'
-            f'                 "{{{acc}}}, {a_op}, %{b_op}, p, {imm};\\n}}\\n"\n'
-            f"                 : {outs}\n"
-            f"                 : {ins});\n"
-            "}"
-        )
-    return "\n".join(out)
+    """The inline-PTX calls of WGMMA_FORMS, written by the MLA split kernel's generator (the
+    candidate in kernels/mla_decode_value/, which cannot import this script)."""
+    path = Path(__file__).resolve().parents[1] / "kernels/mla_decode_value/cuda_mla_decode_value.py"
+    spec = importlib.util.spec_from_file_location("cuda_mla_decode_value", path)
+    candidate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(candidate)
+    return candidate.wgmma_wrappers(WGMMA_FORMS)
 
 
 def cuda_source() -> str:

@@ -596,17 +596,23 @@ void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ck
 """
 
 
-def _wgmma_wrappers() -> str:
-    """The inline-PTX wgmma calls, one accumulator operand per register (hence generated):
-    wgmma_ss m64n32k16 (A and B K-major from shared memory: the scores), wgmma_ss_tt m64n256k16
-    (A and B MN-major: P from shared memory, V) and wgmma_rs_t m64n256k16 (A from registers, B
-    MN-major). D = A B + D, or A B where scale_d is 0."""
+# The kernel's wgmma forms: (name, N, A from registers, imm-trans-a, imm-trans-b). wgmma_ss
+# m64n32k16 (A and B K-major from shared memory: the scores), wgmma_ss_tt m64n256k16 (A and B
+# MN-major: P from shared memory, V) and wgmma_rs_t m64n256k16 (A from registers, B MN-major).
+WGMMA_FORMS = (
+    ("wgmma_ss", 32, False, 0, 0),
+    ("wgmma_ss_tt", 256, False, 1, 1),
+    ("wgmma_rs_t", 256, True, 0, 1),
+)
+
+
+def wgmma_wrappers(forms=WGMMA_FORMS) -> str:
+    """The inline-PTX wgmma.mma_async m64nNk16 calls of `forms`, bf16 in and fp32 accumulated, one
+    accumulator operand per register (hence generated), as overloads on the accumulator array's
+    size N/2. D = A B + D, or A B where scale_d is 0. scripts/probe_wgmma_gpu.py builds its own
+    forms with this too."""
     out = []
-    for name, n, a_regs, trans_a, trans_b in (
-        ("wgmma_ss", 32, False, 0, 0),
-        ("wgmma_ss_tt", 256, False, 1, 1),
-        ("wgmma_rs_t", 256, True, 0, 1),
-    ):
+    for name, n, a_regs, trans_a, trans_b in forms:
         nd = n // 2
         if a_regs:  # d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b
             a_op = "{" + ", ".join(f"%{nd + i}" for i in range(4)) + "}"
@@ -633,7 +639,7 @@ def _wgmma_wrappers() -> str:
 
 def cuda_source() -> str:
     """CUDA_SRC with the generated wgmma wrappers in place."""
-    return CUDA_SRC.replace("@WGMMA@", _wgmma_wrappers())
+    return CUDA_SRC.replace("@WGMMA@", wgmma_wrappers())
 
 
 @functools.cache
