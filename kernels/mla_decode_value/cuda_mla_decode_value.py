@@ -42,7 +42,8 @@ from triton.runtime.errors import OutOfResources
 
 LANGUAGE = "cuda"
 PARAMS = {
-    "num_stages": [3, 4],
+    "block_n": [32, 64],
+    "num_stages": [2, 3, 4],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -55,7 +56,8 @@ SCALE_DIM = 192
 RANK = 512
 ROPE = 64
 HEADS = 64  # a CTA's heads: one wgmma is 64 rows tall
-TILE = 32  # cache rows a tile
+# The split kernel's builds: (cache rows a tile, slots in the ring). 64-row tiles fit two slots.
+BUILDS = ((32, 3), (32, 4), (64, 2))
 V_DIM = 128
 MAX_SPLITS = 128  # the splits a merge program reads in one step
 
@@ -68,26 +70,28 @@ CUDA_SRC = r"""
 #include <string>
 
 // Shared memory, from a 1024-byte aligned base: Q (9 chunks of 64 rows x 128 bytes: latent
-// columns 64c..64c+63, then the rope), the ring (STAGES slots of 9 chunks of 32 rows x 128
-// bytes), the published row maxima and sums (2 x 64 floats a slot), then the mbarriers. Every
-// chunk is TMA's 128-byte swizzle: in each 8-row x 128-byte atom the 16-byte unit u of row r at
-// unit u ^ (r % 8).
+// columns 64c..64c+63, then the rope), the ring (STAGES slots of 9 chunks of TILE rows x 128
+// bytes), the published row maxima and sums (2 x 64 floats a slot), then the mbarriers: Q's,
+// then five a slot (its first and its second group of chunks loaded, its left and its right
+// half given back, its probabilities published). Every chunk is TMA's 128-byte swizzle: in each
+// 8-row x 128-byte atom the 16-byte unit u of row r at unit u ^ (r % 8).
 constexpr int ROWS = 64;
-constexpr int TILE = 32;
 constexpr int CHUNKS = 9;
 constexpr int Q_CHUNK = ROWS * 128;
-constexpr int T_CHUNK = TILE * 128;
 constexpr int Q_BYTES = CHUNKS * Q_CHUNK;
-constexpr int SLOT_BYTES = CHUNKS * T_CHUNK;
 constexpr int OUT_COLS = 512;
 constexpr int HALF = 256;  // a consumer warpgroup's output columns
 
-template <int STAGES>
+// A build: tiles of TILE cache rows (32 or 64) in a ring of STAGES slots.
+template <int TILE_, int STAGES_>
 struct Layout {
+    static constexpr int TILE = TILE_, STAGES = STAGES_;
+    static constexpr int chunk = TILE * 128;
+    static constexpr int slot = CHUNKS * chunk;
     static constexpr int ring = Q_BYTES;
-    static constexpr int stats = ring + STAGES * SLOT_BYTES;
+    static constexpr int stats = ring + STAGES * slot;
     static constexpr int bars = stats + STAGES * 2 * ROWS * 4;
-    static constexpr int bytes = bars + (1 + 3 * STAGES) * 8 + 1024;  // + the alignment
+    static constexpr int bytes = bars + (1 + 5 * STAGES) * 8 + 1024;  // + the alignment
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -165,15 +169,30 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// S = Q K^T of the tile in `slot` (m64n32k16 over 576 columns, both K-major): K step ks
-// starts at chunk ks / 4, byte 32 (ks % 4) of the chunk's first row. Issued and committed.
-__device__ __forceinline__ void issue_scores(float (&s)[16], uint32_t q0, uint32_t k0) {
+// S = Q K^T of a tile warpgroup W owns, in the slot at k0 (m64nTILEk16 over 576 columns, both
+// K-major): step i of chunk c starts at byte 32 i of the chunk's first row. The chunks in the
+// order they are loaded: the other warpgroup's half of the values (given back first), once
+// `first` completes, then W's half and the rope once `second` does. Issued and committed.
+template <class L, int W>
+__device__ __forceinline__ void issue_scores(float (&s)[L::TILE / 2], uint32_t q0, uint32_t k0,
+                                             uint32_t first, uint32_t second, uint32_t parity) {
+    mbar_wait(first, parity);
     wg_fence();
 #pragma unroll
-    for (int ks = 0; ks < 36; ++ks) {  // the first step overwrites S (scale-d 0)
+    for (int ks = 0; ks < 16; ++ks) {  // the first step overwrites S (scale-d 0)
+        const int c = 4 * (1 - W) + ks / 4;
         const uint32_t col = (ks % 4) * 32;
-        wgmma_ss(s, desc(q0 + (ks / 4) * Q_CHUNK + col, 16, 1024),
-                 desc(k0 + (ks / 4) * T_CHUNK + col, 16, 1024), ks > 0);
+        wgmma_ss(s, desc(q0 + c * Q_CHUNK + col, 16, 1024),
+                 desc(k0 + c * L::chunk + col, 16, 1024), ks > 0);
+    }
+    mbar_wait(second, parity);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 20; ++ks) {
+        const int c = ks < 16 ? 4 * W + ks / 4 : CHUNKS - 1;
+        const uint32_t col = (ks % 4) * 32;
+        wgmma_ss(s, desc(q0 + c * Q_CHUNK + col, 16, 1024),
+                 desc(k0 + c * L::chunk + col, 16, 1024));
     }
     wg_commit();
 }
@@ -203,36 +222,40 @@ __device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) 
     acc_fence<128>(o);
 }
 
+template <class L>
 struct Consumer {
     uint32_t q0, ring, bars;
     float* stats;
-    int stages, half;
+    int half;
     int r0, lane;
 
-    __device__ uint32_t slot_addr(int t) const { return ring + (t % stages) * SLOT_BYTES; }
-    __device__ uint32_t full(int t) const { return bars + 8 * (1 + t % stages); }
-    __device__ uint32_t empty(int t) const { return bars + 8 * (1 + stages + t % stages); }
-    __device__ uint32_t ready(int t) const { return bars + 8 * (1 + 2 * stages + t % stages); }
-    __device__ uint32_t parity(int t) const { return (t / stages) & 1; }
-    __device__ float* stat(int t, int which) const {
-        return stats + ((t % stages) * 2 + which) * ROWS;
+    __device__ uint32_t slot_addr(int t) const { return ring + (t % L::STAGES) * L::slot; }
+    // Tile t's barrier of a kind: 0, 1 its first and second group of chunks loaded; 2, 3 its
+    // left and right half given back; 4 its probabilities published.
+    __device__ uint32_t bar(int kind, int t) const {
+        return bars + 8 * (1 + kind * L::STAGES + t % L::STAGES);
     }
-    // One arrival a warp (eight a slot) once the warp is done with tile t's slot.
+    __device__ uint32_t parity(int t) const { return (t / L::STAGES) & 1; }
+    __device__ float* stat(int t, int which) const {
+        return stats + ((t % L::STAGES) * 2 + which) * ROWS;
+    }
+    // One arrival a warp (four a half) once the warp is done with its half of tile t's slot.
     __device__ void release(int t) const {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty(t));
+        if (lane == 0) mbar_arrive(bar(2 + half, t));
     }
     // O += P V over this warpgroup's four latent chunks of tile t's slot (V MN-major).
     __device__ uint64_t v_desc(int t, int ks) const {
-        return desc(slot_addr(t) + half * 4 * T_CHUNK + ks * 16 * 128, T_CHUNK, 1024);
+        return desc(slot_addr(t) + half * 4 * L::chunk + ks * 16 * 128, L::chunk, 1024);
     }
 };
 
-// P^T (positions x heads, heads contiguous) of a 64 x 32 tile into its rope chunk at byte
+// P^T (positions x heads, heads contiguous) of a 64 x TILE tile into its rope chunk at byte
 // 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8): an MN-major A operand for the other warpgroup. A
 // thread's values sit at k % 8 = 2 (lane % 4) + (e & 1) whatever the column group j (k = 8 j +
 // ...), so four offsets (rows r0 and r0 + 8, e & 1) and 1024 j bytes place all sixteen.
-__device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigned char* sp,
+template <int TILE>
+__device__ __forceinline__ void store_p_transposed(const float (&p)[TILE / 2], unsigned char* sp,
                                                    int r0, int lane) {
     int at[4];
 #pragma unroll
@@ -256,22 +279,22 @@ __device__ __forceinline__ void store_p_transposed(const float (&p)[16], unsigne
 // their paths met, the registers of the products in flight would be copied. Every wait count is
 // a constant and the loop turns with one group in flight on every path into it: otherwise
 // ptxas cannot follow the pipeline and serialises every wgmma.
-template <int W>
+template <class L, int W>
 __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bars, float* stats,
-                                        int n_tiles, int stages, float scale_log2,
+                                        int n_tiles, float scale_log2,
                                         float* __restrict__ part_o, float* __restrict__ part_lse,
                                         int q_row, int split, int n_splits) {
+    constexpr int TILE = L::TILE, NS = TILE / 2;  // NS: S's registers a thread
     const int lane = (int)threadIdx.x % 32;
-    Consumer c{q0, ring, bars, stats, stages, W, 16 * ((int)threadIdx.x % 128 / 32) + lane / 4,
-               lane};
-    float o[128], s[16];
-    uint32_t a[2][4];
+    Consumer<L> c{q0, ring, bars, stats, W, 16 * ((int)threadIdx.x % 128 / 32) + lane / 4, lane};
+    float o[128], s[NS];
+    uint32_t a[TILE / 16][4];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) s[i] = 0.f;
+    for (int i = 0; i < NS; ++i) s[i] = 0.f;
     acc_fence<128>(o);  // zeroed here, not sunk past the first products
-    acc_fence<16>(s);
+    acc_fence<NS>(s);
     // O's running row maxima (log2 units) and sums, for rows r0 and r0 + 8.
     float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;
 
@@ -288,8 +311,9 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // Tile t's published maxima and sums, once its probabilities are.
     float tm0, tm1, trs0, trs1;
     auto take = [&](int t) {
-        mbar_wait(c.full(t), c.parity(t));
-        mbar_wait(c.ready(t), c.parity(t));
+        mbar_wait(c.bar(0, t), c.parity(t));
+        mbar_wait(c.bar(1, t), c.parity(t));
+        mbar_wait(c.bar(4, t), c.parity(t));
         tm0 = c.stat(t, 0)[c.r0];
         tm1 = c.stat(t, 0)[c.r0 + 8];
         trs0 = c.stat(t, 1)[c.r0];
@@ -300,18 +324,18 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // and registers (a), its maxima and sums into the slot's stats (and sm*, srs*), published.
     float sm0, sm1, srs0, srs1;
     auto softmax = [&](int t, float b0, float b1) {
-        acc_fence<16>(s);
+        acc_fence<NS>(s);
         float x0 = s[0], x1 = s[2];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < TILE / 8; ++j) {
             x0 = fmaxf(x0, fmaxf(s[4 * j], s[4 * j + 1]));
             x1 = fmaxf(x1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
         }
         sm0 = fmaxf(b0, quad_max(x0) * scale_log2);
         sm1 = fmaxf(b1, quad_max(x1) * scale_log2);
-        float p[16], rs0 = 0.f, rs1 = 0.f;
+        float p[NS], rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < TILE / 8; ++j) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const float mn = e < 2 ? sm0 : sm1;
@@ -324,8 +348,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
         srs0 = quad_sum(rs0);
         srs1 = quad_sum(rs1);
         unsigned char* sp = (unsigned char*)__cvta_shared_to_generic(c.slot_addr(t)) +
-                            (CHUNKS - 1) * T_CHUNK;
-        store_p_transposed(p, sp, c.r0, lane);
+                            (CHUNKS - 1) * L::chunk;
+        store_p_transposed<TILE>(p, sp, c.r0, lane);
         if (lane % 4 == 0) {
             c.stat(t, 0)[c.r0] = sm0;
             c.stat(t, 0)[c.r0 + 8] = sm1;
@@ -333,9 +357,9 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             c.stat(t, 1)[c.r0 + 8] = srs1;
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        mbar_arrive(c.ready(t));
+        mbar_arrive(c.bar(4, t));
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
+        for (int k = 0; k < TILE / 16; ++k) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) a[k][r] = pack_bf16(p[8 * k + 2 * r], p[8 * k + 2 * r + 1]);
         }
@@ -344,11 +368,11 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // O += P_t V over this warpgroup's half, P_t from the slot's rope chunk (the other
     // warpgroup's tile) or from registers (its own), committed.
     auto values_other = [&](int t) {
-        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * T_CHUNK;
+        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * L::chunk;
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < TILE / 16; ++ks) {
-            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, T_CHUNK, 1024), c.v_desc(t, ks));
+            wgmma_ss_tt(o, desc(p0 + ks * 16 * 128, L::chunk, 1024), c.v_desc(t, ks));
         }
         wg_commit();
     };
@@ -392,8 +416,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // In flight where the loop turns: P_{t-1} V (own; or an empty group). Waited for before
     // S_{t+1} is issued: with wait_group 1 after S_{t+1}, ptxas serialises every wgmma.
     if (W == 0) {
-        mbar_wait(c.full(0), c.parity(0));
-        issue_scores(s, c.q0, c.slot_addr(0));
+        issue_scores<L, W>(s, c.q0, c.slot_addr(0), c.bar(0, 0), c.bar(1, 0), 0);
         drain(-1);
         softmax(0, -CUDART_INF_F, -CUDART_INF_F);
         absorb(sm0, sm1, srs0, srs1);
@@ -406,8 +429,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 #pragma unroll 1
     for (; t + 1 < n_tiles; t += 2) {
         drain(t - 1);  // P_{t-1} V
-        mbar_wait(c.full(t + 1), c.parity(t + 1));
-        issue_scores(s, c.q0, c.slot_addr(t + 1));  // runs while tile t is awaited
+        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(0, t + 1), c.bar(1, t + 1),
+                           c.parity(t + 1));  // runs while tile t is awaited
         take(t);
         drain(-1);  // S_{t+1}
         softmax(t + 1, tm0, tm1);
@@ -426,7 +449,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     finish();
 }
 
-template <int STAGES>
+template <class L>
 __global__ void __launch_bounds__(384, 1)
     mla_split_kernel(const __grid_constant__ CUtensorMap qn_map,
                      const __grid_constant__ CUtensorMap qp_map,
@@ -434,7 +457,7 @@ __global__ void __launch_bounds__(384, 1)
                      const __grid_constant__ CUtensorMap p_map, float* __restrict__ part_o,
                      float* __restrict__ part_lse, int heads, int kv_len, int tiles_per_split,
                      float scale_log2) {
-    using L = Layout<STAGES>;
+    constexpr int TILE = L::TILE, STAGES = L::STAGES;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* base = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
     const int head_blocks = heads / ROWS;
@@ -443,13 +466,15 @@ __global__ void __launch_bounds__(384, 1)
     const int split = blockIdx.y, n_splits = gridDim.y;
     const int first = split * tiles_per_split;
     const int n_tiles = min(tiles_per_split, kv_len / TILE - first);
-    const uint32_t bars = smem_u32(base + L::bars);  // q, full[S], empty[S], ready[S]
+    const uint32_t bars = smem_u32(base + L::bars);  // as Consumer::bar numbers them
     if (threadIdx.x == 0) {
         mbar_init(bars, 1);
         for (int i = 0; i < STAGES; ++i) {
             mbar_init(bars + 8 * (1 + i), 1);               // the loader's expect_tx
-            mbar_init(bars + 8 * (1 + STAGES + i), 8);      // each consumer warp
-            mbar_init(bars + 8 * (1 + 2 * STAGES + i), 128);  // each thread of the owner
+            mbar_init(bars + 8 * (1 + STAGES + i), 1);      // the same
+            mbar_init(bars + 8 * (1 + 2 * STAGES + i), 4);  // each warp of warpgroup 0
+            mbar_init(bars + 8 * (1 + 3 * STAGES + i), 4);  // each warp of warpgroup 1
+            mbar_init(bars + 8 * (1 + 4 * STAGES + i), 128);  // each thread of the owner
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -467,27 +492,38 @@ __global__ void __launch_bounds__(384, 1)
             tma_load(q0 + c * Q_CHUNK, &qn_map, 64 * c, q_row, bars);
         }
         tma_load(q0 + (CHUNKS - 1) * Q_CHUNK, &qp_map, 0, q_row, bars);
+        // Tile j in two groups, as its owner's scores read them (warpgroup j % 2 owns it): the
+        // other warpgroup's half of the latent columns, which that one gives back first, then
+        // the owner's half and the rope (read by the scores and, once it holds P^T, by the
+        // other warpgroup: loaded once both halves are given back).
         const int kv_row = seq * kv_len + first * TILE;
         for (int j = 0; j < n_tiles; ++j) {
-            const int slot = j % STAGES;
-            const uint32_t full = bars + 8 * (1 + slot), dst = ring + slot * SLOT_BYTES;
-            mbar_wait(bars + 8 * (1 + STAGES + slot), ((j / STAGES) & 1) ^ 1);
-            mbar_expect_tx(full, SLOT_BYTES);
-            for (int c = 0; c < CHUNKS - 1; ++c) {
-                tma_load(dst + c * T_CHUNK, &c_map, 64 * c, kv_row + j * TILE, full);
+            const int slot = j % STAGES, owner = j % 2, row = kv_row + j * TILE;
+            const uint32_t dst = ring + slot * L::slot, free_parity = ((j / STAGES) & 1) ^ 1;
+            const uint32_t first_bar = bars + 8 * (1 + slot);
+            const uint32_t second_bar = bars + 8 * (1 + STAGES + slot);
+            mbar_wait(bars + 8 * (1 + (3 - owner) * STAGES + slot), free_parity);
+            mbar_expect_tx(first_bar, 4 * L::chunk);
+            for (int c = 4 * (1 - owner); c < 4 * (2 - owner); ++c) {
+                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, first_bar);
             }
-            tma_load(dst + (CHUNKS - 1) * T_CHUNK, &p_map, 0, kv_row + j * TILE, full);
+            mbar_wait(bars + 8 * (1 + (2 + owner) * STAGES + slot), free_parity);
+            mbar_expect_tx(second_bar, 5 * L::chunk);
+            for (int c = 4 * owner; c < 4 * (owner + 1); ++c) {
+                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, second_bar);
+            }
+            tma_load(dst + (CHUNKS - 1) * L::chunk, &p_map, 0, row, second_bar);
         }
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     gdc_wait();  // part_o may reuse memory the previous call's merge is still reading
     if (wg == 0) {
-        consume<0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
-                   n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
+        consume<L, 0>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+                      n_tiles, scale_log2, part_o, part_lse, q_row, split, n_splits);
     } else {
-        consume<1>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
-                   n_tiles, STAGES, scale_log2, part_o, part_lse, q_row, split, n_splits);
+        consume<L, 1>(smem_u32(base), smem_u32(base + L::ring), bars, (float*)(base + L::stats),
+                      n_tiles, scale_log2, part_o, part_lse, q_row, split, n_splits);
     }
 }
 
@@ -532,24 +568,24 @@ static CUtensorMap tensor_map(long long ptr, long long rows, int cols, int box_r
     return map;
 }
 
-template <int STAGES>
+template <class L>
 static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, float* part_o,
                    float* part_lse, int heads, int kv_len, int tiles_per_split,
                    float scale_log2) {
-    auto kernel = mla_split_kernel<STAGES>;
+    auto kernel = mla_split_kernel<L>;
     static unsigned long long sized = 0;  // devices whose attribute is set, a bit each
     int device;
     check(cudaGetDevice(&device), "cudaGetDevice");
     if (device >= 64 || !(sized >> device & 1)) {  // past 64 devices: set it every launch
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   Layout<STAGES>::bytes),
+                                   L::bytes),
               "shared memory");
         if (device < 64) sized |= 1ull << device;
     }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3(384, 1, 1);
-    config.dynamicSmemBytes = Layout<STAGES>::bytes;
+    config.dynamicSmemBytes = L::bytes;
     config.stream = stream;
     cudaLaunchAttribute attrs[1];
     attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -561,35 +597,33 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, floa
           "launch");
 }
 
-void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream) {
     const CUtensorMap maps[4] = {
         tensor_map(q_nope, (long long)batch * heads, 512, ROWS),
         tensor_map(q_pe, (long long)batch * heads, 64, ROWS),
-        tensor_map(ckv, (long long)batch * kv_len, 512, TILE),
-        tensor_map(kpe, (long long)batch * kv_len, 64, TILE),
+        tensor_map(ckv, (long long)batch * kv_len, 512, tile),
+        tensor_map(kpe, (long long)batch * kv_len, 64, tile),
     };
     const dim3 grid(batch * heads / ROWS, n_splits, 1);
     const cudaStream_t s = (cudaStream_t)stream;
-    if (stages == 3) {
-        launch<3>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
-                  tiles_per_split, (float)scale_log2);
-        return;
-    }
-    if (stages == 4) {
-        launch<4>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
-                  tiles_per_split, (float)scale_log2);
-        return;
-    }
-    throw std::runtime_error("cuda MLA split kernel: no build for " + std::to_string(stages) +
+    auto run = [&](auto build) {
+        launch<decltype(build)>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
+                                tiles_per_split, (float)scale_log2);
+    };
+    if (tile == 32 && stages == 3) return run(Layout<32, 3>{});
+    if (tile == 32 && stages == 4) return run(Layout<32, 4>{});
+    if (tile == 64 && stages == 2) return run(Layout<64, 2>{});
+    throw std::runtime_error("cuda MLA split kernel: no build for tiles of " +
+                             std::to_string(tile) + " rows in " + std::to_string(stages) +
                              " stages");
 }
 """
 
 CPP_SRC = r"""
-void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ckv,
+void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, long long ckv,
                       long long kpe, long long part_o, long long part_lse, int batch, int heads,
                       int kv_len, int tiles_per_split, int n_splits, double scale_log2,
                       long long stream);
@@ -601,6 +635,7 @@ void launch_mla_split(int stages, long long q_nope, long long q_pe, long long ck
 # MN-major: P from shared memory, V) and wgmma_rs_t m64n256k16 (A from registers, B MN-major).
 WGMMA_FORMS = (
     ("wgmma_ss", 32, False, 0, 0),
+    ("wgmma_ss", 64, False, 0, 0),
     ("wgmma_ss_tt", 256, False, 1, 1),
     ("wgmma_rs_t", 256, True, 0, 1),
 )
@@ -748,8 +783,8 @@ def _arrival_counts(n: int, device: torch.device) -> torch.Tensor:
     return held[-1]
 
 
-def _refusal(q_nope, q_pe, ckv, kpe, w_uv, num_stages: int, block_m: int, block_k: int,
-             column_slices: int):  # fmt: skip
+def _refusal(q_nope, q_pe, ckv, kpe, w_uv, block_n: int, num_stages: int, block_m: int,
+             block_k: int, column_slices: int):  # fmt: skip
     """Why these inputs are not for this kernel at these parameters (None when they are)."""
     tensors = (q_nope, q_pe, ckv, kpe, w_uv)
     if not all(t.dim() == 3 for t in tensors):
@@ -770,12 +805,15 @@ def _refusal(q_nope, q_pe, ckv, kpe, w_uv, num_stages: int, block_m: int, block_
         return f"w_uv {tuple(w_uv.shape)}: ({h}, {V_DIM}, {RANK}) only"
     if h % HEADS:
         return f"heads {h}: a multiple of {HEADS} only"
-    if kv_len == 0 or kv_len % TILE:
-        return f"kv_len {kv_len}: a positive multiple of {TILE} only"
+    if (block_n, num_stages) not in BUILDS:
+        return (
+            f"block_n {block_n} with num_stages {num_stages}: (block_n, num_stages) one of "
+            f"{list(BUILDS)} (the builds of the split kernel)"
+        )
+    if kv_len == 0 or kv_len % block_n:
+        return f"kv_len {kv_len}: a positive multiple of block_n {block_n} only"
     if b * max(h, kv_len) >= 2**31:
         return f"batch {b} x {max(h, kv_len)} rows above TMA's 32-bit coordinates"
-    if num_stages not in PARAMS["num_stages"]:
-        return f"num_stages {num_stages}: one of {PARAMS['num_stages']} (the ring depths built)"
     if block_m not in (1, 16):
         return f"block_m {block_m}: 1 (CUDA cores) or 16 (tensor cores)"
     if block_k < (16 if block_m == 16 else 1) or block_k & (block_k - 1) or RANK % block_k:
@@ -797,6 +835,7 @@ def kernel(
     ckv: torch.Tensor,
     kpe: torch.Tensor,
     w_uv: torch.Tensor,
+    block_n: int = 32,
     num_stages: int = 4,
     block_m: int = 1,
     block_k: int = 64,
@@ -804,7 +843,9 @@ def kernel(
     merge_stages: int = 3,
     column_slices: int = 1,
 ) -> torch.Tensor:
-    why = _refusal(q_nope, q_pe, ckv, kpe, w_uv, num_stages, block_m, block_k, column_slices)
+    why = _refusal(
+        q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m, block_k, column_slices
+    )
     if why is not None:
         raise ValueError(f"cuda MLA decode with W_UV {why}")
     b, h, r = q_nope.shape
@@ -815,8 +856,8 @@ def kernel(
         return out
     programs = b * h // HEADS
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    tiles = split_tiles(programs, kv_len // TILE, sms)
-    n_splits = triton.cdiv(kv_len // TILE, tiles)
+    tiles = split_tiles(programs, kv_len // block_n, sms)
+    n_splits = triton.cdiv(kv_len // block_n, tiles)
     block_s = max(2, triton.next_power_of_2(n_splits))
     part_o = torch.empty((b * h * n_splits, r), device=device, dtype=torch.float32)
     part_lse = torch.empty((b * h * n_splits,), device=device, dtype=torch.float32)
@@ -829,7 +870,7 @@ def kernel(
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _ext().launch_mla_split(
-            num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
+            block_n, num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
             kpe.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
             LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
         )  # fmt: skip
