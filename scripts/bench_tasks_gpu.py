@@ -1160,19 +1160,19 @@ PLANS = [
         peers=FUSED_PEERS,
     ),
     # The CUDA C++ split kernel (cuda_mla_decode_value.py: one warpgroup's softmax beside the
-    # other's products) against the Gluon one in each build (32-row tiles in rings of 3 and 4,
-    # 64-row tiles in a ring of 2), with the merge the tables run at 16 sequences (session 47's),
-    # and one with 64-column steps; then at one sequence with the tables' merge there (four
-    # column slices).
+    # other's products) against the Gluon one in each build (32-row tiles in a ring of 4, 64-row
+    # tiles in a ring of 2), with the merge the tables run at 16 sequences (session 47's), and
+    # one with 64-column steps; then at one sequence with the tables' merge there (four column
+    # slices).
     Plan(
         "mla_decode_value",
         "cuda_mla_decode_value.py",
         ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
-        _grid(
-            {"num_stages": [3, 4], "block_m": [16], "block_k": [128], "merge_warps": [8]},
+        [
+            {"block_m": 16, "block_k": 128, "merge_warps": 8},
             {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 128, "merge_warps": 8},
             {"block_m": 16, "block_k": 64, "merge_warps": 4},
-        ),
+        ],
         tag="cudamla16",
         peers=FUSED_PEERS,
         rivals=[("gluon_mla_decode_value.py", {"block_m": 16, "block_k": 128, "merge_warps": 8})],
@@ -1181,10 +1181,10 @@ PLANS = [
         "mla_decode_value",
         "cuda_mla_decode_value.py",
         ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
-        _grid(
-            {"num_stages": [3, 4], "block_k": [128], "column_slices": [4]},
+        [
+            {"block_k": 128, "column_slices": 4},
             {"block_n": 64, "num_stages": 2, "block_k": 128, "column_slices": 4},
-        ),
+        ],
         tag="cudamla1",
         peers=FUSED_PEERS,
         rivals=[("gluon_mla_decode_value.py", {"block_k": 128, "column_slices": 4})],

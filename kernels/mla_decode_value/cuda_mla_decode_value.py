@@ -43,7 +43,7 @@ from triton.runtime.errors import OutOfResources
 LANGUAGE = "cuda"
 PARAMS = {
     "block_n": [32, 64],
-    "num_stages": [2, 3, 4],
+    "num_stages": [2, 4],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -57,7 +57,11 @@ RANK = 512
 ROPE = 64
 HEADS = 64  # a CTA's heads: one wgmma is 64 rows tall
 # The split kernel's builds: (cache rows a tile, slots in the ring). 64-row tiles fit two slots.
-BUILDS = ((32, 3), (32, 4), (64, 2))
+# Rings of an even number of slots only: the tile a slot takes next then has the previous one's
+# owner, so the loader's first group, which waits for the other warpgroup's half alone, is armed
+# again only after that warpgroup too has waited for it (an odd ring can complete its phase
+# twice before the other warpgroup waits, which then waits forever).
+BUILDS = ((32, 4), (64, 2))
 V_DIM = 128
 MAX_SPLITS = 128  # the splits a merge program reads in one step
 
@@ -613,7 +617,6 @@ void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, lo
         launch<decltype(build)>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
                                 tiles_per_split, (float)scale_log2);
     };
-    if (tile == 32 && stages == 3) return run(Layout<32, 3>{});
     if (tile == 32 && stages == 4) return run(Layout<32, 4>{});
     if (tile == 64 && stages == 2) return run(Layout<64, 2>{});
     throw std::runtime_error("cuda MLA split kernel: no build for tiles of " +
