@@ -3,9 +3,10 @@ gluon_mla_decode_value.py written in CUDA C++ (torch's load_inline, inline PTX f
 and wgmma), with a schedule the Gluon kernel cannot write, then the same Triton kernel that
 merges a head's splits and multiplies by its W_UV.
 
-A CTA takes 64 heads of one sequence over one split of the cache, in 32-row tiles: Q (64 x 576,
-72 KiB) stays in shared memory, the tiles stream through a ring of `num_stages` slots (36 KiB
-each) that one thread of a third warpgroup fills by TMA, in the 128-byte swizzle wgmma reads.
+A CTA takes 64 heads of one sequence over one split of the cache, in tiles of `block_n` rows
+(32, or 64 where the scores read Q from shared memory half as often): Q (64 x 576, 72 KiB) stays
+in shared memory, the tiles stream through a ring of `num_stages` slots (4 of 36 KiB or 2 of 72
+KiB) that one thread of a third warpgroup fills by TMA, in the 128-byte swizzle wgmma reads.
 Two consumer warpgroups each own 256 of the 512 output columns (128 fp32 registers a thread)
 and compute the scores of every other tile: the owner of tile t turns S_t into probabilities P_t
 (bf16), publishes them, transposed, in the slot's rope chunk (which only S_t reads) with their
@@ -13,14 +14,17 @@ row maxima and sums, and multiplies its half of the values with P_t from its reg
 other warpgroup rescales its half by the published maxima and multiplies with P_t from shared
 memory. A warpgroup takes the other's tile t and its own tile t + 1 together:
 
-    wait P_{t-1} V, free its slot -> issue S_{t+1} -> wait P_t published and S_{t+1} ->
-    softmax of S_{t+1} on P_t's maxima, publish P_{t+1} -> rescale O, issue P_t V -> wait it,
-    free slot t -> rescale O, issue P_{t+1} V
+    wait P_{t-1} V, give back its half of slot t - 1 -> issue S_{t+1} -> wait P_t published and
+    S_{t+1} -> softmax of S_{t+1} on P_t's maxima, publish P_{t+1} -> rescale O, issue P_t V ->
+    wait it, give back its half of slot t -> rescale O, issue P_{t+1} V
 
 so the chain from one warpgroup's publication to the other's is the softmax alone, S_{t+1} runs
 while P_t is awaited, and one warpgroup's softmax runs beside the other's products (the Gluon
-kernel's owner computes the other tile's value product before its own softmax). The loader
-warpgroup gives its registers to the consumers (setmaxnreg).
+kernel's owner computes the other tile's value product before its own softmax). Each warpgroup
+gives back the half of a slot its products read (its 256 latent columns), and the loader fills
+a tile in two groups: the non-owner's half, given back first, then the owner's half and the rope
+(which holds P^T too, so waits for both); the owner's scores read the chunks in that order. The
+loader warpgroup gives its registers to the consumers (setmaxnreg).
 
 Launched on torch's current stream (CUDA graphs capture it) with programmatic dependent launch:
 every warpgroup waits for the kernel before it (griddepcontrol.wait) before it reads an input
@@ -28,7 +32,7 @@ or writes a partial, and the loader then lets the merge launch, which waits in t
 as the Gluon kernel lays them out: part_o (sequence, head, split) rows of 512 fp32, normalised,
 and part_lse their log2-sum-exp. The merge kernel is the Gluon candidate's, copied (a candidate
 imports no other). bf16 on sm_90 only, heads a multiple of 64, rank 512, rope 64, v_head_dim
-128, a cache length a multiple of 32; anything else is a ValueError naming what. Builds with
+128, a cache length a multiple of block_n; anything else is a ValueError naming what. Builds with
 CUDA 12.5 or later (cudaGetDriverEntryPointByVersion finds cuTensorMapEncodeTiled)."""
 
 import functools
@@ -499,7 +503,10 @@ __global__ void __launch_bounds__(384, 1)
         // Tile j in two groups, as its owner's scores read them (warpgroup j % 2 owns it): the
         // other warpgroup's half of the latent columns, which that one gives back first, then
         // the owner's half and the rope (read by the scores and, once it holds P^T, by the
-        // other warpgroup: loaded once both halves are given back).
+        // other warpgroup: loaded once both halves are given back). These waits and arrivals,
+        // and the consumers', are stepped through in every order by a CPU test
+        // (tests/kernels/test_mla_decode_value.py, _loader_steps and _consumer_steps): change
+        // them together.
         const int kv_row = seq * kv_len + first * TILE;
         for (int j = 0; j < n_tiles; ++j) {
             const int slot = j % STAGES, owner = j % 2, row = kv_row + j * TILE;

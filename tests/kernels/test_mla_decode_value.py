@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,95 @@ def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_p
     assert log.count(" 0 bytes spill stores, 0 bytes spill loads") == builds, log
     assert WAIT_ONE[0] in source
     assert SERIALISED in _ptxas_log(source.replace(*WAIT_ONE), tmp_path)
+
+
+# The CUDA split kernel's mbarrier protocol, step by step in the order its source takes them (the
+# loader's loop in mla_split_kernel; consume<L, W> for each consumer warpgroup, a warpgroup's
+# warps as one): ("wait", barrier, parity) or ("arrive", barrier), barriers ("q", 0) and (kind,
+# slot). Every barrier here completes a phase at each arrival (the loader's expect_tx and its
+# copies as one arrival; a warpgroup's four warps, or its 128 threads, as one).
+def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
+    steps = [("arrive", ("q", 0))]
+    for j in range(n_tiles):
+        slot, owner, free = j % stages, j % 2, (j // stages) & 1 ^ 1
+        steps += [
+            ("wait", (f"free{1 - owner}", slot), free),
+            ("arrive", ("first", slot)),
+            ("wait", (f"free{owner}", slot), free),
+            ("arrive", ("second", slot)),
+        ]
+    return steps
+
+
+def _consumer_steps(w: int, n_tiles: int, stages: int) -> list[tuple]:
+    def loaded(t):
+        return [("wait", (kind, t % stages), t // stages & 1) for kind in ("first", "second")]
+
+    def take(t):
+        return [*loaded(t), ("wait", ("ready", t % stages), t // stages & 1)]
+
+    def publish(t):
+        return [("arrive", ("ready", t % stages))]
+
+    def release(t):
+        return [("arrive", (f"free{w}", t % stages))] if t >= 0 else []
+
+    steps = [("wait", ("q", 0), 0)]
+    if w == 0:
+        steps += loaded(0) + publish(0)
+    t = 1 - w  # the other's tile first: warpgroup 0 takes tiles 1 and 2, warpgroup 1 0 and 1
+    while t + 1 < n_tiles:
+        steps += release(t - 1) + loaded(t + 1) + take(t) + publish(t + 1) + release(t)
+        t += 2
+    if t < n_tiles:
+        steps += take(t) + release(t - 1)
+    return steps
+
+
+def _stuck(n_tiles: int, stages: int) -> tuple | None:
+    """The roles' positions (loader, warpgroup 0, warpgroup 1) in a reachable state where none
+    can take its next step though one has steps left; None when every interleaving finishes. A
+    wait on parity p passes once the barrier has completed a phase of parity p and not the next:
+    once the count of its completed phases has the other parity (a fresh barrier passes 1)."""
+    roles = [_loader_steps(n_tiles, stages)]
+    roles += [_consumer_steps(w, n_tiles, stages) for w in (0, 1)]
+    seen, todo = set(), [(0, 0, 0)]
+    while todo:
+        at = todo.pop()
+        if at in seen:
+            continue
+        seen.add(at)
+        phases = Counter(
+            step[1] for steps, n in zip(roles, at, strict=True) for step in steps[:n]
+            if step[0] == "arrive"
+        )  # fmt: skip
+        ready = [
+            i for i, (steps, n) in enumerate(zip(roles, at, strict=True))
+            if n < len(steps) and (steps[n][0] == "arrive" or phases[steps[n][1]] % 2 != steps[n][2])
+        ]  # fmt: skip
+        if not ready and at != tuple(len(steps) for steps in roles):
+            return at
+        todo += [(*at[:i], at[i] + 1, *at[i + 1 :]) for i in ready]
+    return None
+
+
+def test_every_interleaving_of_the_cuda_split_kernels_barriers_finishes(task) -> None:
+    """In each build's ring, splits of 1 to 8 tiles: whatever the order the loader and the two
+    warpgroups take their steps in, none is left waiting for a phase that has already passed
+    twice or will never come."""
+    for _, stages in candidate_module(task, CUDA).BUILDS:
+        for n_tiles in range(1, 9):
+            assert _stuck(n_tiles, stages) is None, (n_tiles, stages)
+
+
+def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever() -> None:
+    """The check above can fail: in a ring of three, tile j's first group of chunks (the half
+    tile j - 3's owner gives back) can be loaded before the other warpgroup has waited for tile
+    j - 3's, whose phase has then passed twice."""
+    assert all(_stuck(n_tiles, 3) is None for n_tiles in (1, 2, 3))
+    loader, _, wg1 = _stuck(4, 3)
+    assert _loader_steps(4, 3)[loader - 1] == ("arrive", ("first", 0))  # tile 3's first group
+    assert _consumer_steps(1, 4, 3)[wg1] == ("wait", ("first", 0), 0)  # tile 0's, to take it
 
 
 @pytest.mark.parametrize("block_m, block_k, slices", [(1, 64, 1), (16, 128, 1), (1, 64, 4)])
