@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -216,11 +217,11 @@ def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_p
     assert SERIALISED in _ptxas_log(source.replace(*WAIT_ONE), tmp_path)
 
 
-# The CUDA split kernel's mbarrier protocol, step by step in the order its source takes them (the
-# loader's loop in mla_split_kernel; consume<L, W> for each consumer warpgroup, a warpgroup's
-# warps as one): ("wait", barrier, parity) or ("arrive", barrier), barriers ("q", 0) and (kind,
-# slot). Every barrier here completes a phase at each arrival (the loader's expect_tx and its
-# copies as one arrival; a warpgroup's four warps, or its 128 threads, as one).
+# The CUDA split kernel's mbarrier protocol as steps: ("wait", barrier, parity) or ("arrive",
+# barrier), barriers ("q", 0) and (kind, slot). Every barrier here completes a phase at each
+# arrival (the loader's expect_tx and its copies as one arrival; a warpgroup's four warps, or its
+# 128 threads, as one). The loader's steps are written here after its loop in mla_split_kernel;
+# the consumers' are read from consume<L, W> in the source, whose order is what schedules change.
 def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
     steps = [("arrive", ("q", 0))]
     for j in range(n_tiles):
@@ -234,38 +235,64 @@ def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
     return steps
 
 
-def _consumer_steps(w: int, n_tiles: int, stages: int) -> list[tuple]:
-    def loaded(t):
-        return [("wait", (kind, t % stages), t // stages & 1) for kind in ("first", "second")]
+# consume<L, W>'s calls that wait or arrive: drain(x) gives tile x's half back (x >= 0),
+# issue_scores(.., slot_addr(x), ..) waits for tile x's loads, take(x) for its loads and its
+# probabilities, softmax(x, ..) publishes tile x's.
+_CALL = re.compile(
+    r"\b(drain|take|softmax)\(([^,;)]*)|(issue_scores)<L, W>\([^;]*?slot_addr\(([^)]*)\)"
+)
 
-    def take(t):
-        return [*loaded(t), ("wait", ("ready", t % stages), t // stages & 1)]
 
-    def publish(t):
-        return [("arrive", ("ready", t % stages))]
+def _calls(code: str) -> list[tuple[str, str]]:
+    return [(m[1] or m[3], m[2] or m[4]) for m in _CALL.finditer(code)]
 
-    def release(t):
-        return [("arrive", (f"free{w}", t % stages))] if t >= 0 else []
 
-    steps = [("wait", ("q", 0), 0)]
-    if w == 0:
-        steps += loaded(0) + publish(0)
-    t = 1 - w  # the other's tile first: warpgroup 0 takes tiles 1 and 2, warpgroup 1 0 and 1
+def _consumer_parts(source: str) -> dict:
+    """consume<L, W>'s body, from its wait for Q to its finish(), cut into warpgroup 0's start
+    (calls, then the t it sets), warpgroup 1's, the loop's calls and the last tile's."""
+    body = source[source.index("    mbar_wait(bars, 0);") : source.index("    finish();\n}")]
+    first, rest = body.split("    } else {", 1)
+    second, rest = rest.split("    for (; t + 1 < n_tiles; t += 2) {", 1)
+    loop, last = rest.split("    if (t < n_tiles) {", 1)
+    starts = [int(re.search(r"\bt = (\d+);", part)[1]) for part in (first, second)]
+    return {
+        "start": [(_calls(first), starts[0]), (_calls(second), starts[1])],
+        "loop": _calls(loop),
+        "last": _calls(last),
+    }
+
+
+def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tuple]:
+    def steps_of(name: str, x: int) -> list[tuple]:
+        slot, parity = x % stages, x // stages & 1
+        loaded = [("wait", (kind, slot), parity) for kind in ("first", "second")]
+        return {
+            "drain": [("arrive", (f"free{w}", slot))] if x >= 0 else [],
+            "issue_scores": loaded,
+            "take": [*loaded, ("wait", ("ready", slot), parity)],
+            "softmax": [("arrive", ("ready", slot))],
+        }[name]
+
+    def run(calls: list[tuple[str, str]], t: int) -> list[tuple]:
+        return [step for name, x in calls for step in steps_of(name, eval(x, {"t": t}))]
+
+    calls, t = parts["start"][w]
+    steps = [("wait", ("q", 0), 0), *run(calls, t)]
     while t + 1 < n_tiles:
-        steps += release(t - 1) + loaded(t + 1) + take(t) + publish(t + 1) + release(t)
+        steps += run(parts["loop"], t)
         t += 2
     if t < n_tiles:
-        steps += take(t) + release(t - 1)
+        steps += run(parts["last"], t)
     return steps
 
 
-def _stuck(n_tiles: int, stages: int) -> tuple | None:
+def _stuck(n_tiles: int, stages: int, parts: dict) -> tuple | None:
     """The roles' positions (loader, warpgroup 0, warpgroup 1) in a reachable state where none
     can take its next step though one has steps left; None when every interleaving finishes. A
     wait on parity p passes once the barrier has completed a phase of parity p and not the next:
     once the count of its completed phases has the other parity (a fresh barrier passes 1)."""
     roles = [_loader_steps(n_tiles, stages)]
-    roles += [_consumer_steps(w, n_tiles, stages) for w in (0, 1)]
+    roles += [_consumer_steps(w, n_tiles, stages, parts) for w in (0, 1)]
     seen, todo = set(), [(0, 0, 0)]
     while todo:
         at = todo.pop()
@@ -287,22 +314,26 @@ def _stuck(n_tiles: int, stages: int) -> tuple | None:
 
 
 def test_every_interleaving_of_the_cuda_split_kernels_barriers_finishes(task) -> None:
-    """In each build's ring, splits of 1 to 8 tiles: whatever the order the loader and the two
-    warpgroups take their steps in, none is left waiting for a phase that has already passed
-    twice or will never come."""
-    for _, stages in candidate_module(task, CUDA).BUILDS:
+    """In each build's ring, splits of 1 to 8 tiles, the consumers' steps in the order the
+    source takes them: whatever the order the loader and the two warpgroups take their steps
+    in, none is left waiting for a phase that has already passed twice or will never come."""
+    module = candidate_module(task, CUDA)
+    parts = _consumer_parts(module.CUDA_SRC)
+    assert {name for name, _ in parts["loop"]} == {"drain", "issue_scores", "take", "softmax"}
+    for _, stages in module.BUILDS:
         for n_tiles in range(1, 9):
-            assert _stuck(n_tiles, stages) is None, (n_tiles, stages)
+            assert _stuck(n_tiles, stages, parts) is None, (n_tiles, stages)
 
 
-def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever() -> None:
+def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> None:
     """The check above can fail: in a ring of three, tile j's first group of chunks (the half
     tile j - 3's owner gives back) can be loaded before the other warpgroup has waited for tile
     j - 3's, whose phase has then passed twice."""
-    assert all(_stuck(n_tiles, 3) is None for n_tiles in (1, 2, 3))
-    loader, _, wg1 = _stuck(4, 3)
+    parts = _consumer_parts(candidate_module(task, CUDA).CUDA_SRC)
+    assert all(_stuck(n_tiles, 3, parts) is None for n_tiles in (1, 2, 3))
+    loader, _, wg1 = _stuck(4, 3, parts)
     assert _loader_steps(4, 3)[loader - 1] == ("arrive", ("first", 0))  # tile 3's first group
-    assert _consumer_steps(1, 4, 3)[wg1] == ("wait", ("first", 0), 0)  # tile 0's, to take it
+    assert _consumer_steps(1, 4, 3, parts)[wg1] == ("wait", ("first", 0), 0)  # tile 0's
 
 
 @pytest.mark.parametrize("block_m, block_k, slices", [(1, 64, 1), (16, 128, 1), (1, 64, 4)])
