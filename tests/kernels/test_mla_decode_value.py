@@ -336,6 +336,17 @@ def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> No
     assert _consumer_steps(1, 4, 3, parts)[wg1] == ("wait", ("first", 0), 0)  # tile 0's
 
 
+def test_a_schedule_that_gives_a_tile_back_before_taking_it_sticks(task) -> None:
+    """The consumers' steps come from the source as written: with the loop's drain(t) moved
+    before take(t), a warpgroup gives back its half of the other's tile before it has waited for
+    it, and in a ring of two some interleaving sticks."""
+    source = candidate_module(task, CUDA).CUDA_SRC
+    take = "        take(t);\n        drain(-1);  // S_{t+1}"
+    assert take in source
+    parts = _consumer_parts(source.replace(take, "        drain(t);\n" + take))
+    assert _stuck(4, 2, parts) is not None
+
+
 @pytest.mark.parametrize("block_m, block_k, slices", [(1, 64, 1), (16, 128, 1), (1, 64, 4)])
 def test_the_merge_streams_its_first_weight_tile_before_the_wait_on_sm90(
     task, block_m, block_k, slices
