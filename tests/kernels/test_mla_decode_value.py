@@ -1,7 +1,8 @@
 """The MLA decode + value projection task: reference, inputs, shapes, its torch candidate on the
 CPU against a wrong kernel, the Gluon candidate (its split kernel built for sm_90 here, its
 merge-and-project kernel under the interpreter against hand-cut partials and a mutant, and on
-the GPU) and the CUDA C++ one (its split kernel built for sm_90a here, and on the GPU)."""
+the GPU) and the CUDA C++ one (its split kernel built for sm_90a here, its barrier waits and
+arrivals stepped through in every order here, and on the GPU)."""
 
 from __future__ import annotations
 
