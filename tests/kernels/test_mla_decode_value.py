@@ -339,12 +339,15 @@ def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> No
 
 def test_a_schedule_that_gives_a_tile_back_before_taking_it_sticks(task) -> None:
     """The consumers' steps come from the source as written: with the loop's drain(t) moved
-    before take(t), a warpgroup gives back its half of the other's tile before it has waited for
-    it, and in a ring of two some interleaving sticks."""
+    from after the other's product to before take(t), a warpgroup gives back its half of the
+    other's tile before it has waited for it, and in a ring of two some interleaving sticks."""
     source = candidate_module(task, CUDA).CUDA_SRC
-    take = "        take(t);\n        drain(-1);  // S_{t+1}"
-    assert take in source
-    parts = _consumer_parts(source.replace(take, "        drain(t);\n" + take))
+    take, product = "        take(t);\n", "        values_other(t);\n        drain(t);\n"
+    assert source.count(take) == 2 and source.count(product) == 1  # the loop's, the last tile's
+    loop_take = source.index(take)
+    moved = source[:loop_take] + "        drain(t);\n" + source[loop_take:]
+    parts = _consumer_parts(moved.replace(product, "        values_other(t);\n"))
+    assert [name for name, _ in parts["loop"]].count("drain") == 3
     assert _stuck(4, 2, parts) is not None
 
 
