@@ -80,8 +80,7 @@ CUDA_SRC = r"""
 // Shared memory, from a 1024-byte aligned base: Q (9 chunks of 64 rows x 128 bytes: latent
 // columns 64c..64c+63, then the rope), the ring (STAGES slots of 9 chunks of TILE rows x 128
 // bytes), the published row maxima and sums (2 x 64 floats a slot), then the mbarriers: Q's,
-// then five a slot (its first and its second group of chunks loaded, its left and its right
-// half given back, its probabilities published). Every chunk is TMA's 128-byte swizzle: in each
+// then five a slot (BarKind's five kinds). Every chunk is TMA's 128-byte swizzle: in each
 // 8-row x 128-byte atom the 16-byte unit u of row r at unit u ^ (r % 8).
 constexpr int ROWS = 64;
 constexpr int CHUNKS = 9;
@@ -101,6 +100,14 @@ struct Layout {
     static constexpr int bars = stats + STAGES * 2 * ROWS * 4;
     static constexpr int bytes = bars + (1 + 5 * STAGES) * 8 + 1024;  // + the alignment
 };
+
+// The slots' mbarriers after Q's, a kind's STAGES together: a tile's first and second group of
+// chunks loaded, its left (warpgroup 0's) and right (warpgroup 1's) half given back, its
+// probabilities published.
+enum BarKind { LOADED_FIRST, LOADED_SECOND, FREE_LEFT, FREE_RIGHT, PUBLISHED, BAR_KINDS };
+__device__ __forceinline__ uint32_t bar_addr(uint32_t bars, int kind, int slot, int stages) {
+    return bars + 8 * (1 + kind * stages + slot);
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -238,10 +245,8 @@ struct Consumer {
     int r0, lane;
 
     __device__ uint32_t slot_addr(int t) const { return ring + (t % L::STAGES) * L::slot; }
-    // Tile t's barrier of a kind: 0, 1 its first and second group of chunks loaded; 2, 3 its
-    // left and right half given back; 4 its probabilities published.
     __device__ uint32_t bar(int kind, int t) const {
-        return bars + 8 * (1 + kind * L::STAGES + t % L::STAGES);
+        return bar_addr(bars, kind, t % L::STAGES, L::STAGES);
     }
     __device__ uint32_t parity(int t) const { return (t / L::STAGES) & 1; }
     __device__ float* stat(int t, int which) const {
@@ -250,7 +255,7 @@ struct Consumer {
     // One arrival a warp (four a half) once the warp is done with its half of tile t's slot.
     __device__ void release(int t) const {
         __syncwarp();
-        if (lane == 0) mbar_arrive(bar(2 + half, t));
+        if (lane == 0) mbar_arrive(bar(FREE_LEFT + half, t));
     }
     // O += P V over this warpgroup's four latent chunks of tile t's slot (V MN-major).
     __device__ uint64_t v_desc(int t, int ks) const {
@@ -261,7 +266,7 @@ struct Consumer {
 // P^T (positions x heads, heads contiguous) of a 64 x TILE tile into its rope chunk at byte
 // 128 k + 16 ((m / 8) ^ (k % 8)) + 2 (m % 8): an MN-major A operand for the other warpgroup. A
 // thread's values sit at k % 8 = 2 (lane % 4) + (e & 1) whatever the column group j (k = 8 j +
-// ...), so four offsets (rows r0 and r0 + 8, e & 1) and 1024 j bytes place all sixteen.
+// ...), so four offsets (rows r0 and r0 + 8, e & 1) and 1024 j bytes place all TILE / 2.
 template <int TILE>
 __device__ __forceinline__ void store_p_transposed(const float (&p)[TILE / 2], unsigned char* sp,
                                                    int r0, int lane) {
@@ -319,9 +324,9 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // Tile t's published maxima and sums, once its probabilities are.
     float tm0, tm1, trs0, trs1;
     auto take = [&](int t) {
-        mbar_wait(c.bar(0, t), c.parity(t));
-        mbar_wait(c.bar(1, t), c.parity(t));
-        mbar_wait(c.bar(4, t), c.parity(t));
+        mbar_wait(c.bar(LOADED_FIRST, t), c.parity(t));
+        mbar_wait(c.bar(LOADED_SECOND, t), c.parity(t));
+        mbar_wait(c.bar(PUBLISHED, t), c.parity(t));
         tm0 = c.stat(t, 0)[c.r0];
         tm1 = c.stat(t, 0)[c.r0 + 8];
         trs0 = c.stat(t, 1)[c.r0];
@@ -365,7 +370,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             c.stat(t, 1)[c.r0 + 8] = srs1;
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        mbar_arrive(c.bar(4, t));
+        mbar_arrive(c.bar(PUBLISHED, t));
 #pragma unroll
         for (int k = 0; k < TILE / 16; ++k) {
 #pragma unroll
@@ -424,7 +429,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     // In flight where the loop turns: P_{t-1} V (own; or an empty group). Waited for before
     // S_{t+1} is issued: with wait_group 1 after S_{t+1}, ptxas serialises every wgmma.
     if (W == 0) {
-        issue_scores<L, W>(s, c.q0, c.slot_addr(0), c.bar(0, 0), c.bar(1, 0), 0);
+        issue_scores<L, W>(s, c.q0, c.slot_addr(0), c.bar(LOADED_FIRST, 0),
+                           c.bar(LOADED_SECOND, 0), c.parity(0));
         drain(-1);
         softmax(0, -CUDART_INF_F, -CUDART_INF_F);
         absorb(sm0, sm1, srs0, srs1);
@@ -437,8 +443,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 #pragma unroll 1
     for (; t + 1 < n_tiles; t += 2) {
         drain(t - 1);  // P_{t-1} V
-        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(0, t + 1), c.bar(1, t + 1),
-                           c.parity(t + 1));  // runs while tile t is awaited
+        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                           c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));  // while t is awaited
         take(t);
         drain(-1);  // S_{t+1}
         softmax(t + 1, tm0, tm1);
@@ -472,17 +478,18 @@ __global__ void __launch_bounds__(384, 1)
     const int seq = blockIdx.x / head_blocks;
     const int q_row = seq * heads + (blockIdx.x % head_blocks) * ROWS;
     const int split = blockIdx.y, n_splits = gridDim.y;
-    const int first = split * tiles_per_split;
-    const int n_tiles = min(tiles_per_split, kv_len / TILE - first);
+    const int first_tile = split * tiles_per_split;
+    const int n_tiles = min(tiles_per_split, kv_len / TILE - first_tile);
     const uint32_t bars = smem_u32(base + L::bars);  // as Consumer::bar numbers them
     if (threadIdx.x == 0) {
         mbar_init(bars, 1);
+        // Arrivals: the loader's expect_tx; each warp of the warpgroup giving a half back;
+        // each thread of the tile's owner.
+        const int arrivals[BAR_KINDS] = {1, 1, 4, 4, 128};
         for (int i = 0; i < STAGES; ++i) {
-            mbar_init(bars + 8 * (1 + i), 1);               // the loader's expect_tx
-            mbar_init(bars + 8 * (1 + STAGES + i), 1);      // the same
-            mbar_init(bars + 8 * (1 + 2 * STAGES + i), 4);  // each warp of warpgroup 0
-            mbar_init(bars + 8 * (1 + 3 * STAGES + i), 4);  // each warp of warpgroup 1
-            mbar_init(bars + 8 * (1 + 4 * STAGES + i), 128);  // each thread of the owner
+            for (int kind = 0; kind < BAR_KINDS; ++kind) {
+                mbar_init(bar_addr(bars, kind, i, STAGES), arrivals[kind]);
+            }
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -507,23 +514,23 @@ __global__ void __launch_bounds__(384, 1)
         // and the consumers', are stepped through in every order by a CPU test
         // (tests/kernels/test_mla_decode_value.py, _loader_steps and _consumer_steps): change
         // them together.
-        const int kv_row = seq * kv_len + first * TILE;
+        const int kv_row = seq * kv_len + first_tile * TILE;
         for (int j = 0; j < n_tiles; ++j) {
             const int slot = j % STAGES, owner = j % 2, row = kv_row + j * TILE;
             const uint32_t dst = ring + slot * L::slot, free_parity = ((j / STAGES) & 1) ^ 1;
-            const uint32_t first_bar = bars + 8 * (1 + slot);
-            const uint32_t second_bar = bars + 8 * (1 + STAGES + slot);
-            mbar_wait(bars + 8 * (1 + (3 - owner) * STAGES + slot), free_parity);
-            mbar_expect_tx(first_bar, 4 * L::chunk);
+            const uint32_t first = bar_addr(bars, LOADED_FIRST, slot, STAGES);
+            const uint32_t second = bar_addr(bars, LOADED_SECOND, slot, STAGES);
+            mbar_wait(bar_addr(bars, FREE_LEFT + 1 - owner, slot, STAGES), free_parity);
+            mbar_expect_tx(first, 4 * L::chunk);
             for (int c = 4 * (1 - owner); c < 4 * (2 - owner); ++c) {
-                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, first_bar);
+                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, first);
             }
-            mbar_wait(bars + 8 * (1 + (2 + owner) * STAGES + slot), free_parity);
-            mbar_expect_tx(second_bar, 5 * L::chunk);
+            mbar_wait(bar_addr(bars, FREE_LEFT + owner, slot, STAGES), free_parity);
+            mbar_expect_tx(second, 5 * L::chunk);
             for (int c = 4 * owner; c < 4 * (owner + 1); ++c) {
-                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, second_bar);
+                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, second);
             }
-            tma_load(dst + (CHUNKS - 1) * L::chunk, &p_map, 0, row, second_bar);
+            tma_load(dst + (CHUNKS - 1) * L::chunk, &p_map, 0, row, second);
         }
         return;
     }
@@ -641,8 +648,9 @@ void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, lo
 
 
 # The kernel's wgmma forms: (name, N, A from registers, imm-trans-a, imm-trans-b). wgmma_ss
-# m64n32k16 (A and B K-major from shared memory: the scores), wgmma_ss_tt m64n256k16 (A and B
-# MN-major: P from shared memory, V) and wgmma_rs_t m64n256k16 (A from registers, B MN-major).
+# m64n32k16 and m64n64k16 (A and B K-major from shared memory: the scores of 32- and 64-row
+# tiles), wgmma_ss_tt m64n256k16 (A and B MN-major: P from shared memory, V) and wgmma_rs_t
+# m64n256k16 (A from registers, B MN-major).
 WGMMA_FORMS = (
     ("wgmma_ss", 32, False, 0, 0),
     ("wgmma_ss", 64, False, 0, 0),

@@ -174,10 +174,10 @@ SERIALISED = "wgmma.mma_async instructions are serialized"
 # that S_{t+1} would start sooner): ptxas cannot tell which group that wait retires.
 WAIT_ONE = (
     """        drain(t - 1);  // P_{t-1} V
-        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(0, t + 1), c.bar(1, t + 1),
-                           c.parity(t + 1));  // runs while tile t is awaited""",
-    """        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(0, t + 1), c.bar(1, t + 1),
-                           c.parity(t + 1));
+        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                           c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));  // while t is awaited""",
+    """        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                           c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));
         asm volatile("wgmma.wait_group.sync.aligned 1;\\n" ::: "memory");
         acc_fence<128>(o);
         if (t >= 1) c.release(t - 1);""",
@@ -240,18 +240,52 @@ def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
 # issue_scores(.., slot_addr(x), ..) waits for tile x's loads, take(x) for its loads and its
 # probabilities, softmax(x, ..) publishes tile x's.
 _CALL = re.compile(
-    r"\b(drain|take|softmax)\(([^,;)]*)|(issue_scores)<L, W>\([^;]*?slot_addr\(([^)]*)\)"
+    r"\b(drain|take|softmax)\(([^,;)]*)|(issue_scores)<L, W>\(s, c\.q0, c\.slot_addr\(([^)]*)\), "
+    r"c\.bar\(LOADED_FIRST, ([^)]*)\),\s*c\.bar\(LOADED_SECOND, ([^)]*)\), c\.parity\(([^)]*)\)\)"
+)
+# What the model takes those calls, and the loader, to wait for and arrive at, as the source
+# writes it: take's three waits, softmax's publication, drain's wait for the products before
+# the release, the release's barrier, issue_scores's two waits, the loader's waits before each
+# group, and the arrival counts.
+PROTOCOL_LINES = (
+    """        mbar_wait(c.bar(LOADED_FIRST, t), c.parity(t));
+        mbar_wait(c.bar(LOADED_SECOND, t), c.parity(t));
+        mbar_wait(c.bar(PUBLISHED, t), c.parity(t));""",
+    "        mbar_arrive(c.bar(PUBLISHED, t));",
+    """        wg_wait0();
+        acc_fence<128>(o);
+        if (t >= 0) c.release(t);""",
+    "        if (lane == 0) mbar_arrive(bar(FREE_LEFT + half, t));",
+    "    mbar_wait(first, parity);",
+    "    mbar_wait(second, parity);",
+    """            mbar_wait(bar_addr(bars, FREE_LEFT + 1 - owner, slot, STAGES), free_parity);
+            mbar_expect_tx(first, 4 * L::chunk);""",
+    """            mbar_wait(bar_addr(bars, FREE_LEFT + owner, slot, STAGES), free_parity);
+            mbar_expect_tx(second, 5 * L::chunk);""",
+    "        const int arrivals[BAR_KINDS] = {1, 1, 4, 4, 128};",
 )
 
 
 def _calls(code: str) -> list[tuple[str, str]]:
-    return [(m[1] or m[3], m[2] or m[4]) for m in _CALL.finditer(code)]
+    """The calls of _CALL in `code`, in order: no other wait or arrival may be there, and each
+    issue_scores names one tile throughout."""
+    leftover = _CALL.sub("", code)
+    assert not re.search(r"mbar_|release\(|\.bar\(|\.parity\(", leftover), leftover
+    calls = []
+    for m in _CALL.finditer(code):
+        if m[3]:
+            assert m[4] == m[5] == m[6] == m[7], m[0]
+            calls.append((m[3], m[4]))
+        else:
+            calls.append((m[1], m[2]))
+    return calls
 
 
 def _consumer_parts(source: str) -> dict:
     """consume<L, W>'s body, from its wait for Q to its finish(), cut into warpgroup 0's start
     (calls, then the t it sets), warpgroup 1's, the loop's calls and the last tile's."""
-    body = source[source.index("    mbar_wait(bars, 0);") : source.index("    finish();\n}")]
+    wait_q = "    mbar_wait(bars, 0);\n"
+    body = source[source.index(wait_q) + len(wait_q) : source.index("    finish();\n}")]
     first, rest = body.split("    } else {", 1)
     second, rest = rest.split("    for (; t + 1 < n_tiles; t += 2) {", 1)
     loop, last = rest.split("    if (t < n_tiles) {", 1)
@@ -319,6 +353,7 @@ def test_every_interleaving_of_the_cuda_split_kernels_barriers_finishes(task) ->
     source takes them: whatever the order the loader and the two warpgroups take their steps
     in, none is left waiting for a phase that has already passed twice or will never come."""
     module = candidate_module(task, CUDA)
+    assert all(line in module.CUDA_SRC for line in PROTOCOL_LINES)
     parts = _consumer_parts(module.CUDA_SRC)
     assert {name for name, _ in parts["loop"]} == {"drain", "issue_scores", "take", "softmax"}
     for _, stages in module.BUILDS:
@@ -337,10 +372,12 @@ def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> No
     assert _consumer_steps(1, 4, 3, parts)[wg1] == ("wait", ("first", 0), 0)  # tile 0's
 
 
-def test_a_schedule_that_gives_a_tile_back_before_taking_it_sticks(task) -> None:
-    """The consumers' steps come from the source as written: with the loop's drain(t) moved
+def test_the_protocol_check_reads_the_source_as_written(task) -> None:
+    """The consumers' steps come from the source as written. With the loop's drain(t) moved
     from after the other's product to before take(t), a warpgroup gives back its half of the
-    other's tile before it has waited for it, and in a ring of two some interleaving sticks."""
+    other's tile before it has waited for it, and in a ring of two some interleaving sticks; a
+    release outside the calls the check knows, and scores whose barriers name another tile than
+    their slot, are refused rather than read past."""
     source = candidate_module(task, CUDA).CUDA_SRC
     take, product = "        take(t);\n", "        values_other(t);\n        drain(t);\n"
     assert source.count(take) == 2 and source.count(product) == 1  # the loop's, the last tile's
@@ -349,6 +386,13 @@ def test_a_schedule_that_gives_a_tile_back_before_taking_it_sticks(task) -> None
     parts = _consumer_parts(moved.replace(product, "        values_other(t);\n"))
     assert [name for name, _ in parts["loop"]].count("drain") == 3
     assert _stuck(4, 2, parts) is not None
+    released = source[:loop_take] + "        c.release(t);\n" + source[loop_take:]
+    with pytest.raises(AssertionError, match=r"c\.release\(t\)"):
+        _consumer_parts(released)
+    scores = "c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1)"
+    assert source.count(scores) == 1
+    with pytest.raises(AssertionError, match="issue_scores"):
+        _consumer_parts(source.replace(scores, "c.slot_addr(t + 1), c.bar(LOADED_FIRST, t)"))
 
 
 @pytest.mark.parametrize("block_m, block_k, slices", [(1, 64, 1), (16, 128, 1), (1, 64, 4)])
