@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(384, 1)
     const int split = blockIdx.y, n_splits = gridDim.y;
     const int first_tile = split * tiles_per_split;
     const int n_tiles = min(tiles_per_split, kv_len / TILE - first_tile);
-    const uint32_t bars = smem_u32(base + L::bars);  // as Consumer::bar numbers them
+    const uint32_t bars = smem_u32(base + L::bars);  // Q's, then as bar_addr numbers them
     if (threadIdx.x == 0) {
         mbar_init(bars, 1);
         // Arrivals: the loader's expect_tx; each warp of the warpgroup giving a half back;
@@ -510,10 +510,10 @@ __global__ void __launch_bounds__(384, 1)
         // Tile j in two groups, as its owner's scores read them (warpgroup j % 2 owns it): the
         // other warpgroup's half of the latent columns, which that one gives back first, then
         // the owner's half and the rope (read by the scores and, once it holds P^T, by the
-        // other warpgroup: loaded once both halves are given back). These waits and arrivals,
-        // and the consumers', are stepped through in every order by a CPU test
-        // (tests/kernels/test_mla_decode_value.py, _loader_steps and _consumer_steps): change
-        // them together.
+        // other warpgroup: loaded once both halves are given back). A CPU test steps through
+        // these waits and arrivals and the consumers' in every order
+        // (tests/kernels/test_mla_decode_value.py: the consumers' read from consume, these
+        // written in _loader_steps and pinned in PROTOCOL_LINES): change them together.
         const int kv_row = seq * kv_len + first_tile * TILE;
         for (int j = 0; j < n_tiles; ++j) {
             const int slot = j % STAGES, owner = j % 2, row = kv_row + j * TILE;
