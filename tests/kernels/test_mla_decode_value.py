@@ -297,6 +297,15 @@ def _consumer_parts(source: str) -> dict:
     }
 
 
+def _tile(arg: str, t: int) -> int:
+    """A call's tile argument in the source (an integer, t, or t plus or minus an integer)."""
+    m = re.fullmatch(r"(-?\d+)|t(?: ([+-]) (\d+))?", arg.strip())
+    assert m, arg
+    if m[1]:
+        return int(m[1])
+    return t + (int(m[3]) if m[2] == "+" else -int(m[3])) if m[2] else t
+
+
 def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tuple]:
     def steps_of(name: str, x: int) -> list[tuple]:
         slot, parity = x % stages, x // stages & 1
@@ -309,7 +318,7 @@ def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tupl
         }[name]
 
     def run(calls: list[tuple[str, str]], t: int) -> list[tuple]:
-        return [step for name, x in calls for step in steps_of(name, eval(x, {"t": t}))]
+        return [step for name, x in calls for step in steps_of(name, _tile(x, t))]
 
     calls, t = parts["start"][w]
     steps = [("wait", ("q", 0), 0), *run(calls, t)]
