@@ -528,34 +528,26 @@ WGMMA_FORMS = (
 )
 
 
-def _wgmma_wrappers() -> str:
-    """The inline-PTX calls of WGMMA_FORMS, written by the MLA split kernel's generator (the
-    candidate in kernels/mla_decode_value/, which cannot import this script)."""
+@functools.cache
+def _candidate():
+    """The MLA split kernel's candidate module (kernels/mla_decode_value/, which cannot import
+    this script): its wgmma wrapper generator and its sm_90a build serve the probe too."""
     path = Path(__file__).resolve().parents[1] / "kernels/mla_decode_value/cuda_mla_decode_value.py"
     spec = importlib.util.spec_from_file_location("cuda_mla_decode_value", path)
     candidate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(candidate)
-    return candidate.wgmma_wrappers(WGMMA_FORMS)
+    return candidate
 
 
 def cuda_source() -> str:
-    """CUDA_SRC with the generated wgmma wrappers in place."""
-    return CUDA_SRC.replace("@WGMMA@", _wgmma_wrappers())
+    """CUDA_SRC with the inline-PTX calls of WGMMA_FORMS in place."""
+    return CUDA_SRC.replace("@WGMMA@", _candidate().wgmma_wrappers(WGMMA_FORMS))
 
 
 @functools.cache
 def _ext():
-    import torch.utils.cpp_extension  # here: on a machine with no CUDA it warns at import
-
-    # An explicit -gencode keeps torch from adding its own sm_90 (non-`a`) target, on which
-    # wgmma does not exist (cpp_extension adds no arch flags once one mentions "arch").
-    return torch.utils.cpp_extension.load_inline(
-        name="probe_wgmma_sm90a_ext",
-        cpp_sources=CPP_SRC,
-        cuda_sources=cuda_source(),
-        functions=["launch_probe"],
-        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
-        verbose=False,
+    return _candidate().sm90a_extension(
+        "probe_wgmma_sm90a_ext", CPP_SRC, cuda_source(), ["launch_probe"]
     )
 
 

@@ -695,17 +695,25 @@ def cuda_source() -> str:
     return CUDA_SRC.replace("@WGMMA@", wgmma_wrappers())
 
 
-@functools.cache
-def _ext():
-    # wgmma and setmaxnreg need the sm_90a target (cpp_extension adds no arch flags of its own
-    # once one is given).
+def sm90a_extension(name: str, cpp_source: str, cuda_source: str, functions: list[str]):
+    """torch's load_inline build of `cuda_source` for the sm_90a target, which wgmma and
+    setmaxnreg need: an explicit -gencode keeps torch from adding its own sm_90 target
+    (cpp_extension adds no arch flags once one is given). scripts/probe_wgmma_gpu.py builds its
+    probe with this too."""
     return torch.utils.cpp_extension.load_inline(
-        name="cuda_mla_decode_value_ext",
-        cpp_sources=CPP_SRC,
-        cuda_sources=cuda_source(),
-        functions=["launch_mla_split"],
+        name=name,
+        cpp_sources=cpp_source,
+        cuda_sources=cuda_source,
+        functions=functions,
         extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a"],
         verbose=False,
+    )
+
+
+@functools.cache
+def _ext():
+    return sm90a_extension(
+        "cuda_mla_decode_value_ext", CPP_SRC, cuda_source(), ["launch_mla_split"]
     )
 
 
