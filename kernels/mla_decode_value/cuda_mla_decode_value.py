@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(384, 1)
         // other warpgroup's half of the latent columns, which that one gives back first, then
         // the owner's half and the rope (read by the scores and, once it holds P^T, by the
         // other warpgroup: loaded once both halves are given back). A CPU test steps through
-        // these waits and arrivals and the consumers' in every order
+        // these waits, arrivals and copies and the consumers' in every order
         // (tests/kernels/test_mla_decode_value.py: the consumers' read from consume, these
         // written in _loader_steps and pinned in PROTOCOL_LINES): change them together.
         const int kv_row = seq * kv_len + first_tile * TILE;

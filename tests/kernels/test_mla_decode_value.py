@@ -2,7 +2,8 @@
 CPU against a wrong kernel, the Gluon candidate (its split kernel built for sm_90 here, its
 merge-and-project kernel under the interpreter against hand-cut partials and a mutant, and on
 the GPU) and the CUDA C++ one (its split kernel built for sm_90a here, its barrier waits and
-arrivals stepped through in every order here, and on the GPU)."""
+arrivals and its reads and writes of the slots stepped through in every order here, and on the
+GPU)."""
 
 from __future__ import annotations
 
@@ -218,59 +219,94 @@ def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_p
     assert SERIALISED in _ptxas_log(source.replace(*WAIT_ONE), tmp_path)
 
 
-# The CUDA split kernel's mbarrier protocol as steps: ("wait", barrier, parity) or ("arrive",
-# barrier), barriers ("q", 0) and (kind, slot). Every barrier here completes a phase at each
-# arrival (the loader's expect_tx and its copies as one arrival; a warpgroup's four warps, or its
-# 128 threads, as one). The loader's steps are written here after its loop in mla_split_kernel;
-# the consumers' are read from consume<L, W> in the source, whose order is what schedules change.
+# The CUDA split kernel's mbarrier protocol and its use of the slots as the steps of three roles
+# (the loader, warpgroups 0 and 1): ("wait", barrier, parity) and ("arrive", barrier) on barriers
+# ("q", 0) and (kind, slot); ("write", items) and ("read", items), items (region, slot, tile,
+# content) with regions "h0" and "h1" (the latent halves warpgroups 0 and 1 multiply by P),
+# "rope" (the rope chunk, where the owner then writes P^T) and "stats" (the published maxima and
+# sums), content "k" (loaded) or "p" (written by the tile's owner); ("load", items), a read that
+# ends at once (take's of the stats); ("done",), a warpgroup's wait for all its products, which
+# ends its reads. Every barrier completes a phase at each arrival (the loader's expect_tx and
+# its copies as one arrival; a warpgroup's four warps, or its 128 threads, as one); a loader's
+# write lasts until its arrival (the copies in flight). The loader's steps are written here after
+# its loop in mla_split_kernel; the consumers' are read from consume<L, W> in the source, whose
+# order is what schedules change.
 def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
     steps = [("arrive", ("q", 0))]
     for j in range(n_tiles):
         slot, owner, free = j % stages, j % 2, (j // stages) & 1 ^ 1
         steps += [
             ("wait", (f"free{1 - owner}", slot), free),
+            ("write", {(f"h{1 - owner}", slot, j, "k")}),
             ("arrive", ("first", slot)),
             ("wait", (f"free{owner}", slot), free),
+            ("write", {(f"h{owner}", slot, j, "k"), ("rope", slot, j, "k")}),
             ("arrive", ("second", slot)),
         ]
     return steps
 
 
-# consume<L, W>'s calls that wait or arrive: drain(x) gives tile x's half back (x >= 0),
-# issue_scores(.., slot_addr(x), ..) waits for tile x's loads, take(x) for its loads and its
-# probabilities, softmax(x, ..) publishes tile x's.
+# consume<L, W>'s calls that wait, arrive or start products: drain(x) waits for every product and
+# gives tile x's half back (x >= 0), issue_scores(.., slot_addr(x), ..) waits for tile x's loads
+# and reads its slot, take(x) waits for its loads and its probabilities and loads its stats,
+# softmax(x) writes and publishes tile x's, values_other(x) and values_own(x) read its slot.
 _CALL = re.compile(
-    r"\b(drain|take|softmax)\(([^,;)]*)|(issue_scores)<L, W>\(s, c\.q0, c\.slot_addr\(([^)]*)\), "
-    r"c\.bar\(LOADED_FIRST, ([^)]*)\),\s*c\.bar\(LOADED_SECOND, ([^)]*)\), c\.parity\(([^)]*)\)\)"
+    r"\b(drain|take|softmax|values_other|values_own)\(([^,;)]*)|(issue_scores)<L, W>\(s, c\.q0, "
+    r"c\.slot_addr\(([^)]*)\), c\.bar\(LOADED_FIRST, ([^)]*)\),\s*c\.bar\(LOADED_SECOND, ([^)]*)\), "
+    r"c\.parity\(([^)]*)\)\)"
 )
-# What the model takes those calls, and the loader, to wait for and arrive at, as the source
-# writes it: take's three waits, softmax's publication, drain's wait for the products before
-# the release, the release's barrier, issue_scores's two waits, the loader's waits before each
-# group, and the arrival counts.
+# What the model takes those calls, and the loader, to do, as the source writes it: take's three
+# waits and its loads of the stats, softmax's writes of P^T and the stats and its publication,
+# drain's wait for the products before the release, the release's barrier, issue_scores's two
+# waits and the chunks read after each, the value products' chunks, the loader's waits before
+# each group and the chunks each loads, and the arrival counts.
 PROTOCOL_LINES = (
     """        mbar_wait(c.bar(LOADED_FIRST, t), c.parity(t));
         mbar_wait(c.bar(LOADED_SECOND, t), c.parity(t));
-        mbar_wait(c.bar(PUBLISHED, t), c.parity(t));""",
-    "        mbar_arrive(c.bar(PUBLISHED, t));",
+        mbar_wait(c.bar(PUBLISHED, t), c.parity(t));
+        tm0 = c.stat(t, 0)[c.r0];""",
+    """        unsigned char* sp = (unsigned char*)__cvta_shared_to_generic(c.slot_addr(t)) +
+                            (CHUNKS - 1) * L::chunk;""",
+    """            c.stat(t, 1)[c.r0 + 8] = srs1;
+        }
+        asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
+        mbar_arrive(c.bar(PUBLISHED, t));""",
     """        wg_wait0();
         acc_fence<128>(o);
         if (t >= 0) c.release(t);""",
     "        if (lane == 0) mbar_arrive(bar(FREE_LEFT + half, t));",
-    "    mbar_wait(first, parity);",
-    "    mbar_wait(second, parity);",
+    """    mbar_wait(first, parity);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 16; ++ks) {  // the first step overwrites S (scale-d 0)
+        const int c = 4 * (1 - W) + ks / 4;""",
+    """    mbar_wait(second, parity);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 20; ++ks) {
+        const int c = ks < 16 ? 4 * W + ks / 4 : CHUNKS - 1;""",
+    "        return desc(slot_addr(t) + half * 4 * L::chunk + ks * 16 * 128, L::chunk, 1024);",
+    "        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * L::chunk;",
     """            mbar_wait(bar_addr(bars, FREE_LEFT + 1 - owner, slot, STAGES), free_parity);
-            mbar_expect_tx(first, 4 * L::chunk);""",
+            mbar_expect_tx(first, 4 * L::chunk);
+            for (int c = 4 * (1 - owner); c < 4 * (2 - owner); ++c) {""",
     """            mbar_wait(bar_addr(bars, FREE_LEFT + owner, slot, STAGES), free_parity);
-            mbar_expect_tx(second, 5 * L::chunk);""",
+            mbar_expect_tx(second, 5 * L::chunk);
+            for (int c = 4 * owner; c < 4 * (owner + 1); ++c) {
+                tma_load(dst + c * L::chunk, &c_map, 64 * c, row, second);
+            }
+            tma_load(dst + (CHUNKS - 1) * L::chunk, &p_map, 0, row, second);""",
     "        const int arrivals[BAR_KINDS] = {1, 1, 4, 4, 128};",
 )
 
 
 def _calls(code: str) -> list[tuple[str, str]]:
-    """The calls of _CALL in `code`, in order: no other wait or arrival may be there, and each
-    issue_scores names one tile throughout."""
+    """The calls of _CALL in `code`, in order: no other wait, arrival, product or use of a slot
+    may be there, and each issue_scores names one tile throughout (comments left out)."""
+    code = re.sub(r"//[^\n]*", "", code)
     leftover = _CALL.sub("", code)
-    assert not re.search(r"mbar_|release\(|\.bar\(|\.parity\(", leftover), leftover
+    forbidden = r"mbar_|release\(|\.bar\(|\.parity\(|wgmma|values_|scores|softmax|stat\(|slot_"
+    assert not re.search(forbidden, leftover), leftover
     calls = []
     for m in _CALL.finditer(code):
         if m[3]:
@@ -309,12 +345,17 @@ def _tile(arg: str, t: int) -> int:
 def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tuple]:
     def steps_of(name: str, x: int) -> list[tuple]:
         slot, parity = x % stages, x // stages & 1
-        loaded = [("wait", (kind, slot), parity) for kind in ("first", "second")]
+        own, other = (f"h{w}", slot, x, "k"), (f"h{1 - w}", slot, x, "k")
+        stats = ("stats", slot, x, "p")
+        published = {("rope", slot, x, "p"), stats}
+        first, second = [("wait", (kind, slot), parity) for kind in ("first", "second")]
         return {
-            "drain": [("arrive", (f"free{w}", slot))] if x >= 0 else [],
-            "issue_scores": loaded,
-            "take": [*loaded, ("wait", ("ready", slot), parity)],
-            "softmax": [("arrive", ("ready", slot))],
+            "drain": [("done",), *([("arrive", (f"free{w}", slot))] if x >= 0 else [])],
+            "issue_scores": [first, ("read", {other}), second, ("read", {own, ("rope", *own[1:])})],
+            "take": [first, second, ("wait", ("ready", slot), parity), ("load", {stats})],
+            "softmax": [("write", published), ("arrive", ("ready", slot))],
+            "values_other": [("read", {own, ("rope", slot, x, "p")})],
+            "values_own": [("read", {own})],
         }[name]
 
     def run(calls: list[tuple[str, str]], t: int) -> list[tuple]:
@@ -327,47 +368,91 @@ def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tupl
         t += 2
     if t < n_tiles:
         steps += run(parts["last"], t)
-    return steps
+    return [*steps, ("done",)]  # finish()
 
 
-def _stuck(n_tiles: int, stages: int, parts: dict) -> tuple | None:
-    """The roles' positions (loader, warpgroup 0, warpgroup 1) in a reachable state where none
-    can take its next step though one has steps left; None when every interleaving finishes. A
-    wait on parity p passes once the barrier has completed a phase of parity p and not the next:
-    once the count of its completed phases has the other parity (a fresh barrier passes 1)."""
+def _reads_in_flight(steps: list[tuple]) -> list[frozenset]:
+    """What a role's products are reading after each count of its steps."""
+    reads, now = [frozenset()], frozenset()
+    for step in steps:
+        now = {"read": now | step[1] if step[0] == "read" else now, "done": frozenset()}.get(
+            step[0], now
+        )
+        reads.append(now)
+    return reads
+
+
+def _clash(writes: set, reading: list[frozenset]) -> tuple | None:
+    """A write and a read in flight of the same region and slot that expects other content."""
+    return next(
+        ((w, r) for w in writes for rs in reading for r in rs if r[:2] == w[:2] and r != w), None
+    )
+
+
+def _explore(n_tiles: int, stages: int, parts: dict) -> tuple | None:
+    """The first fault found in a reachable state, as (fault, the roles' positions (loader,
+    warpgroup 0, warpgroup 1), detail): "stuck", none can take its next step though one has steps
+    left; "overwrite", a write lands in a region and slot that a product in flight reads for
+    other content (the detail: the write and the read); "stale", a read or load finds other
+    content there than it expects (the detail: what it expects, what is there). None when no
+    interleaving has a fault. A wait on parity p passes once the barrier has completed a phase of
+    parity p and not the next: once the count of its completed phases has the other parity (a
+    fresh barrier passes 1). The loader's copies land at its arrival and are in flight from its
+    write step to it."""
     roles = [_loader_steps(n_tiles, stages)]
     roles += [_consumer_steps(w, n_tiles, stages, parts) for w in (0, 1)]
-    seen, todo = set(), [(0, 0, 0)]
+    reads = [_reads_in_flight(steps) for steps in roles]
+    seen, todo = set(), [((0, 0, 0), frozenset())]
     while todo:
-        at = todo.pop()
-        if at in seen:
+        state = todo.pop()
+        if state in seen:
             continue
-        seen.add(at)
+        seen.add(state)
+        at, content = state[0], dict(state[1])
+        reading = [reads[i][n] for i, n in enumerate(at)]
+        copying = roles[0][at[0] - 1] if at[0] else ("",)
+        if copying[0] == "write" and (clash := _clash(copying[1], reading)):
+            return "overwrite", at, clash
         phases = Counter(
             step[1] for steps, n in zip(roles, at, strict=True) for step in steps[:n]
             if step[0] == "arrive"
         )  # fmt: skip
         ready = [
             i for i, (steps, n) in enumerate(zip(roles, at, strict=True))
-            if n < len(steps) and (steps[n][0] == "arrive" or phases[steps[n][1]] % 2 != steps[n][2])
+            if n < len(steps) and (steps[n][0] != "wait" or phases[steps[n][1]] % 2 != steps[n][2])
         ]  # fmt: skip
         if not ready and at != tuple(len(steps) for steps in roles):
-            return at
-        todo += [(*at[:i], at[i] + 1, *at[i + 1 :]) for i in ready]
+            return "stuck", at, None
+        for i in ready:
+            step, now = roles[i][at[i]], content
+            if step[0] in ("read", "load"):
+                for item in sorted(step[1]):
+                    if content.get(item[:2]) != item[2:]:
+                        return "stale", at, (item, content.get(item[:2]))
+            if step[0] == "write" and i > 0:
+                if clash := _clash(step[1], reading):
+                    return "overwrite", at, clash
+                now = {**content, **{item[:2]: item[2:] for item in step[1]}}
+            if step[0] == "arrive" and copying[0] == "write" and i == 0:
+                now = {**content, **{item[:2]: item[2:] for item in copying[1]}}
+            todo.append(((*at[:i], at[i] + 1, *at[i + 1 :]), frozenset(now.items())))
     return None
 
 
 def test_every_interleaving_of_the_cuda_split_kernels_barriers_finishes(task) -> None:
     """In each build's ring, splits of 1 to 8 tiles, the consumers' steps in the order the
     source takes them: whatever the order the loader and the two warpgroups take their steps
-    in, none is left waiting for a phase that has already passed twice or will never come."""
+    in, none is left waiting for a phase that has already passed twice or will never come, no
+    copy or store lands in a region a product in flight still reads, and every product and load
+    finds the tile it is for."""
     module = candidate_module(task, CUDA)
     assert all(line in module.CUDA_SRC for line in PROTOCOL_LINES)
     parts = _consumer_parts(module.CUDA_SRC)
-    assert {name for name, _ in parts["loop"]} == {"drain", "issue_scores", "take", "softmax"}
+    names = {name for name, _ in parts["loop"]}
+    assert names == {"drain", "issue_scores", "take", "softmax", "values_other", "values_own"}
     for _, stages in module.BUILDS:
         for n_tiles in range(1, 9):
-            assert _stuck(n_tiles, stages, parts) is None, (n_tiles, stages)
+            assert _explore(n_tiles, stages, parts) is None, (n_tiles, stages)
 
 
 def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> None:
@@ -375,8 +460,9 @@ def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> No
     tile j - 3's owner gives back) can be loaded before the other warpgroup has waited for tile
     j - 3's, whose phase has then passed twice."""
     parts = _consumer_parts(candidate_module(task, CUDA).CUDA_SRC)
-    assert all(_stuck(n_tiles, 3, parts) is None for n_tiles in (1, 2, 3))
-    loader, _, wg1 = _stuck(4, 3, parts)
+    assert all(_explore(n_tiles, 3, parts) is None for n_tiles in (1, 2, 3))
+    fault, (loader, _, wg1), _ = _explore(4, 3, parts)
+    assert fault == "stuck"
     assert _loader_steps(4, 3)[loader - 1] == ("arrive", ("first", 0))  # tile 3's first group
     assert _consumer_steps(1, 4, 3, parts)[wg1] == ("wait", ("first", 0), 0)  # tile 0's
 
@@ -384,9 +470,10 @@ def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> No
 def test_the_protocol_check_reads_the_source_as_written(task) -> None:
     """The consumers' steps come from the source as written. With the loop's drain(t) moved
     from after the other's product to before take(t), a warpgroup gives back its half of the
-    other's tile before it has waited for it, and in a ring of two some interleaving sticks; a
-    release outside the calls the check knows, and scores whose barriers name another tile than
-    their slot, are refused rather than read past."""
+    other's tile before it has waited for it, and in a ring of two the loader can load the
+    slot's next tile into that half while the product reads it; a release outside the calls the
+    check knows, and scores whose barriers name another tile than their slot, are refused rather
+    than read past."""
     source = candidate_module(task, CUDA).CUDA_SRC
     take, product = "        take(t);\n", "        values_other(t);\n        drain(t);\n"
     assert source.count(take) == 2 and source.count(product) == 1  # the loop's, the last tile's
@@ -394,7 +481,7 @@ def test_the_protocol_check_reads_the_source_as_written(task) -> None:
     moved = source[:loop_take] + "        drain(t);\n" + source[loop_take:]
     parts = _consumer_parts(moved.replace(product, "        values_other(t);\n"))
     assert [name for name, _ in parts["loop"]].count("drain") == 3
-    assert _stuck(4, 2, parts) is not None
+    assert _explore(4, 2, parts)[0] == "overwrite"
     released = source[:loop_take] + "        c.release(t);\n" + source[loop_take:]
     with pytest.raises(AssertionError, match=r"c\.release\(t\)"):
         _consumer_parts(released)
@@ -402,6 +489,48 @@ def test_the_protocol_check_reads_the_source_as_written(task) -> None:
     assert source.count(scores) == 1
     with pytest.raises(AssertionError, match="issue_scores"):
         _consumer_parts(source.replace(scores, "c.slot_addr(t + 1), c.bar(LOADED_FIRST, t)"))
+
+
+# Source mutants that stick nowhere but let data go wrong: the value product on the other's tile
+# issued after the slot's half is given back; the softmax's P^T stored while the scores still
+# read the rope chunk; the value product on the other's tile issued before its probabilities
+# are published.
+DATA_MUTANTS = {
+    "released_before_read": (
+        "        values_other(t);\n        drain(t);\n",
+        "        drain(t);\n        values_other(t);\n",
+        ("overwrite", (("h0", 1, 3, "k"), ("h0", 1, 1, "k"))),
+    ),
+    "p_over_the_scores_rope": (
+        "        drain(-1);  // S_{t+1}\n        softmax(t + 1, tm0, tm1);\n",
+        "        softmax(t + 1, tm0, tm1);\n        drain(-1);\n",
+        ("overwrite", (("rope", 1, 1, "p"), ("rope", 1, 1, "k"))),
+    ),
+    "product_before_publication": (
+        "        take(t);\n        drain(-1);  // S_{t+1}\n",
+        "        values_other(t);\n        take(t);\n        drain(-1);\n",
+        ("stale", (("rope", 0, 0, "p"), (0, "k"))),
+    ),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(DATA_MUTANTS))
+def test_the_protocol_check_catches_a_slot_overwritten_or_read_too_early(task, mutant) -> None:
+    """The data half of the check can fail: with each mutant, some interleaving of four tiles in a
+    ring of two overwrites what a product still reads, or reads what is not there yet (the first
+    such fault the search meets, named: the write and the read, or what the read expects and what
+    it finds)."""
+    source = candidate_module(task, CUDA).CUDA_SRC
+    before, after, (fault, detail) = DATA_MUTANTS[mutant]
+    assert source.count(before) == 1
+    mutated_source = source.replace(before, after)
+    if mutant == "product_before_publication":  # its product moved, not copied
+        mutated_source = mutated_source.replace(
+            "        values_other(t);\n        drain(t);\n", "        drain(t);\n", 1
+        )
+    parts = _consumer_parts(mutated_source)
+    found = _explore(4, 2, parts)
+    assert found is not None and (found[0], found[2]) == (fault, detail)
 
 
 @pytest.mark.parametrize("block_m, block_k, slices", [(1, 64, 1), (16, 128, 1), (1, 64, 4)])
