@@ -1161,9 +1161,10 @@ PLANS = [
     ),
     # The CUDA C++ split kernel (cuda_mla_decode_value.py: one warpgroup's softmax beside the
     # other's products) against the Gluon one in each build (32-row tiles in a ring of 4, 64-row
-    # tiles in a ring of 2), with the merge the tables run at 16 sequences (session 47's), and
-    # one with 64-column steps; then at one sequence with the tables' merge there (four column
-    # slices).
+    # tiles in a ring of 2), each also with the other's value product between the two groups of
+    # a warpgroup's scores (values_between), with the merge the tables run at 16 sequences
+    # (session 47's), and one with 64-column steps; then at one sequence with the tables' merge
+    # there (four column slices).
     Plan(
         "mla_decode_value",
         "cuda_mla_decode_value.py",
@@ -1171,6 +1172,15 @@ PLANS = [
         [
             {"block_m": 16, "block_k": 128, "merge_warps": 8},
             {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 128, "merge_warps": 8},
+            {"values_between": True, "block_m": 16, "block_k": 128, "merge_warps": 8},
+            {
+                "block_n": 64,
+                "num_stages": 2,
+                "values_between": True,
+                "block_m": 16,
+                "block_k": 128,
+                "merge_warps": 8,
+            },
             {"block_m": 16, "block_k": 64, "merge_warps": 4},
         ],
         tag="cudamla16",
@@ -1184,6 +1194,13 @@ PLANS = [
         [
             {"block_k": 128, "column_slices": 4},
             {"block_n": 64, "num_stages": 2, "block_k": 128, "column_slices": 4},
+            {
+                "block_n": 64,
+                "num_stages": 2,
+                "values_between": True,
+                "block_k": 128,
+                "column_slices": 4,
+            },
         ],
         tag="cudamla1",
         peers=FUSED_PEERS,

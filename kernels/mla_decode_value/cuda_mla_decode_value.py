@@ -26,6 +26,17 @@ a tile in two groups: the non-owner's half, given back first, then the owner's h
 (which holds P^T too, so waits for both); the owner's scores read the chunks in that order. The
 loader warpgroup gives its registers to the consumers (setmaxnreg).
 
+With `values_between`, a warpgroup issues the other's product between the two groups of its
+scores:
+
+    wait P_{t-1} V, give back its half of slot t - 1 -> issue S_{t+1}'s first group -> wait P_t
+    published, rescale O, issue P_t V -> issue S_{t+1}'s second group -> wait all, give back its
+    half of slot t -> softmax of S_{t+1}, publish P_{t+1} -> rescale O, issue P_{t+1} V
+
+In a ring of two, slot t + 1 is slot t - 1, and the second group (the owner's half) is loaded
+only once P_{t-1} V has given that half back: without it, the scores wait for that load with
+nothing else issued.
+
 Launched on torch's current stream (CUDA graphs capture it) with programmatic dependent launch:
 every warpgroup waits for the kernel before it (griddepcontrol.wait) before it reads an input
 or writes a partial, and the loader then lets the merge launch, which waits in turn. Partials
@@ -48,6 +59,7 @@ LANGUAGE = "cuda"
 PARAMS = {
     "block_n": [32, 64],
     "num_stages": [2, 4],
+    "values_between": [False, True],
     "block_m": [1, 16],
     "block_k": [32, 64, 128],
     "merge_warps": [4, 8],
@@ -89,10 +101,12 @@ constexpr int Q_BYTES = CHUNKS * Q_CHUNK;
 constexpr int OUT_COLS = 512;
 constexpr int HALF = 256;  // a consumer warpgroup's output columns
 
-// A build: tiles of TILE cache rows (32 or 64) in a ring of STAGES slots.
-template <int TILE_, int STAGES_>
+// A build: tiles of TILE cache rows (32 or 64) in a ring of STAGES slots; BETWEEN, the other
+// warpgroup's tile's value product issued between the two groups of a warpgroup's scores.
+template <int TILE_, int STAGES_, bool BETWEEN_>
 struct Layout {
     static constexpr int TILE = TILE_, STAGES = STAGES_;
+    static constexpr bool BETWEEN = BETWEEN_;
     static constexpr int chunk = TILE * 128;
     static constexpr int slot = CHUNKS * chunk;
     static constexpr int ring = Q_BYTES;
@@ -187,10 +201,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // S = Q K^T of a tile warpgroup W owns, in the slot at k0 (m64nTILEk16 over 576 columns, both
 // K-major): step i of chunk c starts at byte 32 i of the chunk's first row. The chunks in the
 // order they are loaded: the other warpgroup's half of the values (given back first), once
-// `first` completes, then W's half and the rope once `second` does. Issued and committed.
+// `first` completes (issue_scores_first), then W's half and the rope once `second` does
+// (issue_scores_second). Issued, not committed.
 template <class L, int W>
-__device__ __forceinline__ void issue_scores(float (&s)[L::TILE / 2], uint32_t q0, uint32_t k0,
-                                             uint32_t first, uint32_t second, uint32_t parity) {
+__device__ __forceinline__ void issue_scores_first(float (&s)[L::TILE / 2], uint32_t q0,
+                                                   uint32_t k0, uint32_t first, uint32_t parity) {
     mbar_wait(first, parity);
     wg_fence();
 #pragma unroll
@@ -200,6 +215,11 @@ __device__ __forceinline__ void issue_scores(float (&s)[L::TILE / 2], uint32_t q
         wgmma_ss(s, desc(q0 + c * Q_CHUNK + col, 16, 1024),
                  desc(k0 + c * L::chunk + col, 16, 1024), ks > 0);
     }
+}
+template <class L, int W>
+__device__ __forceinline__ void issue_scores_second(float (&s)[L::TILE / 2], uint32_t q0,
+                                                    uint32_t k0, uint32_t second,
+                                                    uint32_t parity) {
     mbar_wait(second, parity);
     wg_fence();
 #pragma unroll
@@ -209,6 +229,13 @@ __device__ __forceinline__ void issue_scores(float (&s)[L::TILE / 2], uint32_t q
         wgmma_ss(s, desc(q0 + c * Q_CHUNK + col, 16, 1024),
                  desc(k0 + c * L::chunk + col, 16, 1024));
     }
+}
+// Both groups, committed together.
+template <class L, int W>
+__device__ __forceinline__ void issue_scores(float (&s)[L::TILE / 2], uint32_t q0, uint32_t k0,
+                                             uint32_t first, uint32_t second, uint32_t parity) {
+    issue_scores_first<L, W>(s, q0, k0, first, parity);
+    issue_scores_second<L, W>(s, q0, k0, second, parity);
     wg_commit();
 }
 
@@ -442,17 +469,37 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     }
 #pragma unroll 1
     for (; t + 1 < n_tiles; t += 2) {
-        drain(t - 1);  // P_{t-1} V
-        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
-                           c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));  // while t is awaited
-        take(t);
-        drain(-1);  // S_{t+1}
-        softmax(t + 1, tm0, tm1);
-        absorb(tm0, tm1, trs0, trs1);
-        values_other(t);
-        drain(t);
-        absorb(sm0, sm1, srs0, srs1);
-        values_own(t + 1);
+        if constexpr (L::BETWEEN) {
+            // The own half of slot t + 1 is loaded after P_{t-1} V, just given back: P_t V runs
+            // while it is, and P_{t+1} is published after both.
+            drain(t - 1);  // P_{t-1} V
+            issue_scores_first<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                                     c.parity(t + 1));
+            wg_commit();
+            take(t);
+            absorb(tm0, tm1, trs0, trs1);
+            values_other(t);
+            issue_scores_second<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_SECOND, t + 1),
+                                      c.parity(t + 1));
+            wg_commit();
+            drain(t);  // S_{t+1} and P_t V
+            softmax(t + 1, m0, m1);
+            absorb(sm0, sm1, srs0, srs1);
+            values_own(t + 1);
+        } else {
+            drain(t - 1);  // P_{t-1} V
+            // S_{t+1} while P_t is awaited
+            issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                               c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));
+            take(t);
+            drain(-1);  // S_{t+1}
+            softmax(t + 1, tm0, tm1);
+            absorb(tm0, tm1, trs0, trs1);
+            values_other(t);
+            drain(t);
+            absorb(sm0, sm1, srs0, srs1);
+            values_own(t + 1);
+        }
     }
     if (t < n_tiles) {  // the other warpgroup's last tile
         take(t);
@@ -615,10 +662,10 @@ static void launch(dim3 grid, cudaStream_t stream, const CUtensorMap* maps, floa
           "launch");
 }
 
-void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, long long ckv,
-                      long long kpe, long long part_o, long long part_lse, int batch, int heads,
-                      int kv_len, int tiles_per_split, int n_splits, double scale_log2,
-                      long long stream) {
+void launch_mla_split(int tile, int stages, bool between, long long q_nope, long long q_pe,
+                      long long ckv, long long kpe, long long part_o, long long part_lse,
+                      int batch, int heads, int kv_len, int tiles_per_split, int n_splits,
+                      double scale_log2, long long stream) {
     const CUtensorMap maps[4] = {
         tensor_map(q_nope, (long long)batch * heads, 512, ROWS),
         tensor_map(q_pe, (long long)batch * heads, 64, ROWS),
@@ -631,8 +678,12 @@ void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, lo
         launch<decltype(build)>(grid, s, maps, (float*)part_o, (float*)part_lse, heads, kv_len,
                                 tiles_per_split, (float)scale_log2);
     };
-    if (tile == 32 && stages == 4) return run(Layout<32, 4>{});
-    if (tile == 64 && stages == 2) return run(Layout<64, 2>{});
+    if (tile == 32 && stages == 4) {
+        return between ? run(Layout<32, 4, true>{}) : run(Layout<32, 4, false>{});
+    }
+    if (tile == 64 && stages == 2) {
+        return between ? run(Layout<64, 2, true>{}) : run(Layout<64, 2, false>{});
+    }
     throw std::runtime_error("cuda MLA split kernel: no build for tiles of " +
                              std::to_string(tile) + " rows in " + std::to_string(stages) +
                              " stages");
@@ -640,10 +691,10 @@ void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, lo
 """
 
 CPP_SRC = r"""
-void launch_mla_split(int tile, int stages, long long q_nope, long long q_pe, long long ckv,
-                      long long kpe, long long part_o, long long part_lse, int batch, int heads,
-                      int kv_len, int tiles_per_split, int n_splits, double scale_log2,
-                      long long stream);
+void launch_mla_split(int tile, int stages, bool between, long long q_nope, long long q_pe,
+                      long long ckv, long long kpe, long long part_o, long long part_lse,
+                      int batch, int heads, int kv_len, int tiles_per_split, int n_splits,
+                      double scale_log2, long long stream);
 """
 
 
@@ -863,6 +914,7 @@ def kernel(
     w_uv: torch.Tensor,
     block_n: int = 32,
     num_stages: int = 4,
+    values_between: bool = False,
     block_m: int = 1,
     block_k: int = 64,
     merge_warps: int = 4,
@@ -896,7 +948,7 @@ def kernel(
         counts = _arrival_counts(tiles_m * h, device)
     with torch.cuda.device(device):
         _ext().launch_mla_split(
-            block_n, num_stages, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
+            block_n, num_stages, values_between, q_nope.data_ptr(), q_pe.data_ptr(), ckv.data_ptr(),
             kpe.data_ptr(), part_o.data_ptr(), part_lse.data_ptr(), b, h, kv_len, tiles, n_splits,
             LOG2E / math.sqrt(SCALE_DIM), torch.cuda.current_stream(device).cuda_stream,
         )  # fmt: skip

@@ -174,14 +174,15 @@ SERIALISED = "wgmma.mma_async instructions are serialized"
 # The loop's first steps with P_{t-1} V waited for by wait_group 1 after S_{t+1} is issued (so
 # that S_{t+1} would start sooner): ptxas cannot tell which group that wait retires.
 WAIT_ONE = (
-    """        drain(t - 1);  // P_{t-1} V
-        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
-                           c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));  // while t is awaited""",
-    """        issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
-                           c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));
-        asm volatile("wgmma.wait_group.sync.aligned 1;\\n" ::: "memory");
-        acc_fence<128>(o);
-        if (t >= 1) c.release(t - 1);""",
+    """            drain(t - 1);  // P_{t-1} V
+            // S_{t+1} while P_t is awaited
+            issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                               c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));""",
+    """            issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+                               c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));
+            asm volatile("wgmma.wait_group.sync.aligned 1;\\n" ::: "memory");
+            acc_fence<128>(o);
+            if (t >= 1) c.release(t - 1);""",
 )
 
 
@@ -205,15 +206,16 @@ def _ptxas_log(source: str, folder: Path) -> str:
     NVCC is None, reason="no CUDA 12.5+ nvcc (sm_90a, cudaGetDriverEntryPointByVersion)"
 )
 def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_path) -> None:
-    """Built for sm_90a (32-row tiles in a ring of 4, 64-row tiles in a ring of 2), ptxas
+    """Built for sm_90a (32-row tiles in a ring of 4, 64-row tiles in a ring of 2, each with the
+    other's value product after a warpgroup's scores or between their two groups), ptxas
     serialises no wgmma (else each would wait for the one before, and a warpgroup's scores would
     not run while it awaits the other's probabilities) and spills nothing; with the loop's first
     wait after the scores' issue, it serialises them, as this check must catch."""
     source = candidate_module(task, CUDA).cuda_source()
     log = _ptxas_log(source, tmp_path)
     assert SERIALISED not in log, log
-    builds = len(candidate_module(task, CUDA).BUILDS)
-    assert log.count("Compiling entry function '_Z16mla_split_kernel") == builds == 2, log
+    builds = 2 * len(candidate_module(task, CUDA).BUILDS)  # values_between False and True
+    assert log.count("Compiling entry function '_Z16mla_split_kernel") == builds == 4, log
     assert log.count(" 0 bytes spill stores, 0 bytes spill loads") == builds, log
     assert WAIT_ONE[0] in source
     assert SERIALISED in _ptxas_log(source.replace(*WAIT_ONE), tmp_path)
@@ -228,9 +230,15 @@ def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_p
 # ends at once (take's of the stats); ("done",), a warpgroup's wait for all its products, which
 # ends its reads. Every barrier completes a phase at each arrival (the loader's expect_tx and
 # its copies as one arrival; a warpgroup's four warps, or its 128 threads, as one); a loader's
-# write lasts until its arrival (the copies in flight). The loader's steps are written here after
-# its loop in mla_split_kernel; the consumers' are read from consume<L, W> in the source, whose
-# order is what schedules change.
+# write lasts until its arrival (the copies in flight). On the GPU the loader goes on at once and
+# the copies land in any order; the model holds it until they land, which loses nothing as every
+# read of a slot comes after a wait on that tile's barrier for its group. Take's load of the stats
+# is checked too, though a stale one always comes with a stale P^T in the same slot. The loader's
+# steps are written here after its loop in mla_split_kernel; of the consumers', the order of the
+# calls is read from consume<L, W> in the source (what schedules change), what each call does
+# is written in steps_of, and the source lines both stand for are pinned in PROTOCOL_LINES. Data
+# in registers (which P or which maxima a product or softmax takes) is not modelled: the GPU
+# tests check the results.
 def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
     steps = [("arrive", ("q", 0))]
     for j in range(n_tiles):
@@ -248,32 +256,62 @@ def _loader_steps(n_tiles: int, stages: int) -> list[tuple]:
 
 # consume<L, W>'s calls that wait, arrive or start products: drain(x) waits for every product and
 # gives tile x's half back (x >= 0), issue_scores(.., slot_addr(x), ..) waits for tile x's loads
-# and reads its slot, take(x) waits for its loads and its probabilities and loads its stats,
-# softmax(x) writes and publishes tile x's, values_other(x) and values_own(x) read its slot.
+# and reads its slot (issue_scores_first and _second: its first group, its second), take(x) waits
+# for its loads and its probabilities and loads its stats, softmax(x) writes and publishes tile
+# x's, values_other(x) and values_own(x) read its slot.
 _CALL = re.compile(
-    r"\b(drain|take|softmax|values_other|values_own)\(([^,;)]*)|(issue_scores)<L, W>\(s, c\.q0, "
-    r"c\.slot_addr\(([^)]*)\), c\.bar\(LOADED_FIRST, ([^)]*)\),\s*c\.bar\(LOADED_SECOND, ([^)]*)\), "
+    r"\b(drain|take|softmax|values_other|values_own)\(([^,;)]*)|(issue_scores(?:_first|_second)?)"
+    r"<L, W>\(s, c\.q0, c\.slot_addr\(([^)]*)\),((?:\s*c\.bar\(LOADED_\w+, [^)]*\),)+)\s*"
     r"c\.parity\(([^)]*)\)\)"
 )
-# What the model takes those calls, and the loader, to do, as the source writes it: take's three
-# waits and its loads of the stats, softmax's writes of P^T and the stats and its publication,
-# drain's wait for the products before the release, the release's barrier, issue_scores's two
-# waits and the chunks read after each, the value products' chunks, the loader's waits before
-# each group and the chunks each loads, and the arrival counts.
+# The barriers each issue_scores call must name, in order.
+_SCORES_BARS = {
+    "issue_scores": ["LOADED_FIRST", "LOADED_SECOND"],
+    "issue_scores_first": ["LOADED_FIRST"],
+    "issue_scores_second": ["LOADED_SECOND"],
+}
+# What the model takes those calls, and the loader, to do: only the calls' order is read from the
+# source, so these lines, whose effects steps_of and _loader_steps write by hand, are pinned: the
+# consumers' slot, barrier, parity and stats addressing; take's three waits, then its loads of
+# the stats; softmax's store of P^T into the rope chunk and of the stats, then its fence and
+# publication; drain's wait for the products before the release, the release's barrier and
+# finish's wait; issue_scores's two waits and the chunks read after each; the value products'
+# chunks; the loader's slot and parity, its waits before each group and the chunks each loads;
+# the arrival counts.
 PROTOCOL_LINES = (
+    """    __device__ uint32_t slot_addr(int t) const { return ring + (t % L::STAGES) * L::slot; }
+    __device__ uint32_t bar(int kind, int t) const {
+        return bar_addr(bars, kind, t % L::STAGES, L::STAGES);
+    }
+    __device__ uint32_t parity(int t) const { return (t / L::STAGES) & 1; }
+    __device__ float* stat(int t, int which) const {
+        return stats + ((t % L::STAGES) * 2 + which) * ROWS;""",
+    """__device__ __forceinline__ uint32_t bar_addr(uint32_t bars, int kind, int slot, int stages) {
+    return bars + 8 * (1 + kind * stages + slot);""",
     """        mbar_wait(c.bar(LOADED_FIRST, t), c.parity(t));
         mbar_wait(c.bar(LOADED_SECOND, t), c.parity(t));
         mbar_wait(c.bar(PUBLISHED, t), c.parity(t));
-        tm0 = c.stat(t, 0)[c.r0];""",
+        tm0 = c.stat(t, 0)[c.r0];
+        tm1 = c.stat(t, 0)[c.r0 + 8];
+        trs0 = c.stat(t, 1)[c.r0];
+        trs1 = c.stat(t, 1)[c.r0 + 8];
+    };""",
     """        unsigned char* sp = (unsigned char*)__cvta_shared_to_generic(c.slot_addr(t)) +
-                            (CHUNKS - 1) * L::chunk;""",
-    """            c.stat(t, 1)[c.r0 + 8] = srs1;
+                            (CHUNKS - 1) * L::chunk;
+        store_p_transposed<TILE>(p, sp, c.r0, lane);
+        if (lane % 4 == 0) {
+            c.stat(t, 0)[c.r0] = sm0;
+            c.stat(t, 0)[c.r0 + 8] = sm1;
+            c.stat(t, 1)[c.r0] = srs0;
+            c.stat(t, 1)[c.r0 + 8] = srs1;
         }
         asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");
         mbar_arrive(c.bar(PUBLISHED, t));""",
     """        wg_wait0();
         acc_fence<128>(o);
         if (t >= 0) c.release(t);""",
+    """    auto finish = [&]() {
+        wg_wait0();""",
     "        if (lane == 0) mbar_arrive(bar(FREE_LEFT + half, t));",
     """    mbar_wait(first, parity);
     wg_fence();
@@ -287,7 +325,11 @@ PROTOCOL_LINES = (
         const int c = ks < 16 ? 4 * W + ks / 4 : CHUNKS - 1;""",
     "        return desc(slot_addr(t) + half * 4 * L::chunk + ks * 16 * 128, L::chunk, 1024);",
     "        const uint32_t p0 = c.slot_addr(t) + (CHUNKS - 1) * L::chunk;",
-    """            mbar_wait(bar_addr(bars, FREE_LEFT + 1 - owner, slot, STAGES), free_parity);
+    """            const int slot = j % STAGES, owner = j % 2, row = kv_row + j * TILE;
+            const uint32_t dst = ring + slot * L::slot, free_parity = ((j / STAGES) & 1) ^ 1;
+            const uint32_t first = bar_addr(bars, LOADED_FIRST, slot, STAGES);
+            const uint32_t second = bar_addr(bars, LOADED_SECOND, slot, STAGES);
+            mbar_wait(bar_addr(bars, FREE_LEFT + 1 - owner, slot, STAGES), free_parity);
             mbar_expect_tx(first, 4 * L::chunk);
             for (int c = 4 * (1 - owner); c < 4 * (2 - owner); ++c) {""",
     """            mbar_wait(bar_addr(bars, FREE_LEFT + owner, slot, STAGES), free_parity);
@@ -305,26 +347,35 @@ def _calls(code: str) -> list[tuple[str, str]]:
     may be there, and each issue_scores names one tile throughout (comments left out)."""
     code = re.sub(r"//[^\n]*", "", code)
     leftover = _CALL.sub("", code)
-    forbidden = r"mbar_|release\(|\.bar\(|\.parity\(|wgmma|values_|scores|softmax|stat\(|slot_"
+    forbidden = (
+        r"mbar_|release\(|\.bar\(|\.parity\(|wg_wait|wgmma|values_|scores|softmax|stat\(|slot_"
+    )
     assert not re.search(forbidden, leftover), leftover
     calls = []
     for m in _CALL.finditer(code):
         if m[3]:
-            assert m[4] == m[5] == m[6] == m[7], m[0]
+            bars = re.findall(r"c\.bar\((LOADED_\w+), ([^)]*)\)", m[5])
+            assert [kind for kind, _ in bars] == _SCORES_BARS[m[3]], m[0]
+            assert {x for _, x in bars} == {m[4]} == {m[6]}, m[0]
             calls.append((m[3], m[4]))
         else:
             calls.append((m[1], m[2]))
     return calls
 
 
-def _consumer_parts(source: str) -> dict:
+def _consumer_parts(source: str, between: bool) -> dict:
     """consume<L, W>'s body, from its wait for Q to its finish(), cut into warpgroup 0's start
-    (calls, then the t it sets), warpgroup 1's, the loop's calls and the last tile's."""
+    (calls, then the t it sets), warpgroup 1's, the loop's calls (its L::BETWEEN branch or the
+    other) and the last tile's."""
     wait_q = "    mbar_wait(bars, 0);\n"
     body = source[source.index(wait_q) + len(wait_q) : source.index("    finish();\n}")]
     first, rest = body.split("    } else {", 1)
     second, rest = rest.split("    for (; t + 1 < n_tiles; t += 2) {", 1)
     loop, last = rest.split("    if (t < n_tiles) {", 1)
+    branch_between, branch_after = loop.split("        if constexpr (L::BETWEEN) {", 1)[1].split(
+        "        } else {", 1
+    )
+    loop = branch_between if between else branch_after
     starts = [int(re.search(r"\bt = (\d+);", part)[1]) for part in (first, second)]
     return {
         "start": [(_calls(first), starts[0]), (_calls(second), starts[1])],
@@ -351,7 +402,8 @@ def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tupl
         first, second = [("wait", (kind, slot), parity) for kind in ("first", "second")]
         return {
             "drain": [("done",), *([("arrive", (f"free{w}", slot))] if x >= 0 else [])],
-            "issue_scores": [first, ("read", {other}), second, ("read", {own, ("rope", *own[1:])})],
+            "issue_scores_first": [first, ("read", {other})],
+            "issue_scores_second": [second, ("read", {own, ("rope", *own[1:])})],
             "take": [first, second, ("wait", ("ready", slot), parity), ("load", {stats})],
             "softmax": [("write", published), ("arrive", ("ready", slot))],
             "values_other": [("read", {own, ("rope", slot, x, "p")})],
@@ -359,7 +411,13 @@ def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tupl
         }[name]
 
     def run(calls: list[tuple[str, str]], t: int) -> list[tuple]:
-        return [step for name, x in calls for step in steps_of(name, _tile(x, t))]
+        halves = {"issue_scores": ("issue_scores_first", "issue_scores_second")}
+        return [
+            step
+            for name, x in calls
+            for half in halves.get(name, (name,))
+            for step in steps_of(half, _tile(x, t))
+        ]
 
     calls, t = parts["start"][w]
     steps = [("wait", ("q", 0), 0), *run(calls, t)]
@@ -375,9 +433,10 @@ def _reads_in_flight(steps: list[tuple]) -> list[frozenset]:
     """What a role's products are reading after each count of its steps."""
     reads, now = [frozenset()], frozenset()
     for step in steps:
-        now = {"read": now | step[1] if step[0] == "read" else now, "done": frozenset()}.get(
-            step[0], now
-        )
+        if step[0] == "read":
+            now = now | step[1]
+        elif step[0] == "done":
+            now = frozenset()
         reads.append(now)
     return reads
 
@@ -410,7 +469,8 @@ def _explore(n_tiles: int, stages: int, parts: dict) -> tuple | None:
         seen.add(state)
         at, content = state[0], dict(state[1])
         reading = [reads[i][n] for i, n in enumerate(at)]
-        copying = roles[0][at[0] - 1] if at[0] else ("",)
+        # The loader's last step a write: its copies are in flight until its next, an arrival.
+        copying = roles[0][at[0] - 1] if at[0] else ("start",)
         if copying[0] == "write" and (clash := _clash(copying[1], reading)):
             return "overwrite", at, clash
         phases = Counter(
@@ -441,30 +501,40 @@ def _explore(n_tiles: int, stages: int, parts: dict) -> tuple | None:
 
 def test_every_interleaving_of_the_cuda_split_kernels_barriers_finishes(task) -> None:
     """In each build's ring, splits of 1 to 8 tiles, the consumers' steps in the order the
-    source takes them: whatever the order the loader and the two warpgroups take their steps
-    in, none is left waiting for a phase that has already passed twice or will never come, no
-    copy or store lands in a region a product in flight still reads, and every product and load
-    finds the tile it is for."""
+    source takes them (with the other's value product after a warpgroup's scores, or between
+    their two groups): whatever the order the loader and the two warpgroups take their steps in,
+    none is left waiting for a phase that has already passed twice or will never come, no copy or
+    store lands in a region a product in flight still reads, and every product and load finds
+    the tile it is for."""
     module = candidate_module(task, CUDA)
     assert all(line in module.CUDA_SRC for line in PROTOCOL_LINES)
-    parts = _consumer_parts(module.CUDA_SRC)
-    names = {name for name, _ in parts["loop"]}
-    assert names == {"drain", "issue_scores", "take", "softmax", "values_other", "values_own"}
-    for _, stages in module.BUILDS:
-        for n_tiles in range(1, 9):
-            assert _explore(n_tiles, stages, parts) is None, (n_tiles, stages)
+    common = {"drain", "take", "softmax", "values_other", "values_own"}
+    for between, scores in (
+        (False, {"issue_scores"}),
+        (True, set(_SCORES_BARS) - {"issue_scores"}),
+    ):
+        parts = _consumer_parts(module.CUDA_SRC, between)
+        assert {name for name, _ in parts["loop"]} == common | scores
+        for _, stages in module.BUILDS:
+            for n_tiles in range(1, 9):
+                assert _explore(n_tiles, stages, parts) is None, (between, n_tiles, stages)
 
 
 def test_a_ring_of_three_slots_can_leave_a_warpgroup_waiting_forever(task) -> None:
     """The check above can fail: in a ring of three, tile j's first group of chunks (the half
     tile j - 3's owner gives back) can be loaded before the other warpgroup has waited for tile
     j - 3's, whose phase has then passed twice."""
-    parts = _consumer_parts(candidate_module(task, CUDA).CUDA_SRC)
+    parts = _consumer_parts(candidate_module(task, CUDA).CUDA_SRC, between=False)
     assert all(_explore(n_tiles, 3, parts) is None for n_tiles in (1, 2, 3))
     fault, (loader, _, wg1), _ = _explore(4, 3, parts)
     assert fault == "stuck"
     assert _loader_steps(4, 3)[loader - 1] == ("arrive", ("first", 0))  # tile 3's first group
     assert _consumer_steps(1, 4, 3, parts)[wg1] == ("wait", ("first", 0), 0)  # tile 0's
+
+
+# The loop's lines with the other's value product after the scores (12 spaces in).
+LOOP_TAKE = "            take(t);\n            drain(-1);  // S_{t+1}\n"
+LOOP_PRODUCT = "            values_other(t);\n            drain(t);\n"
 
 
 def test_the_protocol_check_reads_the_source_as_written(task) -> None:
@@ -475,41 +545,64 @@ def test_the_protocol_check_reads_the_source_as_written(task) -> None:
     check knows, and scores whose barriers name another tile than their slot, are refused rather
     than read past."""
     source = candidate_module(task, CUDA).CUDA_SRC
-    take, product = "        take(t);\n", "        values_other(t);\n        drain(t);\n"
-    assert source.count(take) == 2 and source.count(product) == 1  # the loop's, the last tile's
-    loop_take = source.index(take)
-    moved = source[:loop_take] + "        drain(t);\n" + source[loop_take:]
-    parts = _consumer_parts(moved.replace(product, "        values_other(t);\n"))
+    assert source.count(LOOP_TAKE) == source.count(LOOP_PRODUCT) == 1
+    moved = source.replace(LOOP_TAKE, "            drain(t);\n" + LOOP_TAKE)
+    parts = _consumer_parts(moved.replace(LOOP_PRODUCT, "            values_other(t);\n"), False)
     assert [name for name, _ in parts["loop"]].count("drain") == 3
     assert _explore(4, 2, parts)[0] == "overwrite"
-    released = source[:loop_take] + "        c.release(t);\n" + source[loop_take:]
+    released = source.replace(LOOP_TAKE, "            c.release(t);\n" + LOOP_TAKE)
     with pytest.raises(AssertionError, match=r"c\.release\(t\)"):
-        _consumer_parts(released)
-    scores = "c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1)"
+        _consumer_parts(released, False)
+    scores = "issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1)"
     assert source.count(scores) == 1
     with pytest.raises(AssertionError, match="issue_scores"):
-        _consumer_parts(source.replace(scores, "c.slot_addr(t + 1), c.bar(LOADED_FIRST, t)"))
+        _consumer_parts(source.replace(scores, scores[:-6] + "t)"), False)
+    scores = "issue_scores_second<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_SECOND"
+    assert source.count(scores) == 1
+    with pytest.raises(AssertionError, match="issue_scores_second"):
+        _consumer_parts(source.replace(scores, scores.replace("SECOND", "FIRST")), True)
 
 
-# Source mutants that stick nowhere but let data go wrong: the value product on the other's tile
-# issued after the slot's half is given back; the softmax's P^T stored while the scores still
-# read the rope chunk; the value product on the other's tile issued before its probabilities
-# are published.
+# Source mutants that let data go wrong: (which loop, (lines, what they become), ..., the first
+# fault the search meets in a ring of two). After the scores: the value product on the other's
+# tile issued after the slot's half is given back; the softmax's P^T stored while the scores
+# still read the rope chunk; the value product on the other's tile issued before its
+# probabilities are published (moved). Between the score groups: P^T stored while the second
+# group still reads the rope chunk.
 DATA_MUTANTS = {
     "released_before_read": (
-        "        values_other(t);\n        drain(t);\n",
-        "        drain(t);\n        values_other(t);\n",
+        False,
+        ((LOOP_PRODUCT, "            drain(t);\n            values_other(t);\n"),),
         ("overwrite", (("h0", 1, 3, "k"), ("h0", 1, 1, "k"))),
     ),
     "p_over_the_scores_rope": (
-        "        drain(-1);  // S_{t+1}\n        softmax(t + 1, tm0, tm1);\n",
-        "        softmax(t + 1, tm0, tm1);\n        drain(-1);\n",
+        False,
+        (
+            (
+                "            drain(-1);  // S_{t+1}\n            softmax(t + 1, tm0, tm1);\n",
+                "            softmax(t + 1, tm0, tm1);\n            drain(-1);\n",
+            ),
+        ),
         ("overwrite", (("rope", 1, 1, "p"), ("rope", 1, 1, "k"))),
     ),
     "product_before_publication": (
-        "        take(t);\n        drain(-1);  // S_{t+1}\n",
-        "        values_other(t);\n        take(t);\n        drain(-1);\n",
+        False,
+        (
+            (LOOP_TAKE, "            values_other(t);\n" + LOOP_TAKE),
+            (LOOP_PRODUCT, "            drain(t);\n"),
+        ),
         ("stale", (("rope", 0, 0, "p"), (0, "k"))),
+    ),
+    "between_p_over_the_scores_rope": (
+        True,
+        (
+            (
+                "            drain(t);  // S_{t+1} and P_t V\n"
+                "            softmax(t + 1, m0, m1);\n",
+                "            softmax(t + 1, m0, m1);\n            drain(t);\n",
+            ),
+        ),
+        ("overwrite", (("rope", 1, 1, "p"), ("rope", 1, 1, "k"))),
     ),
 }
 
@@ -521,15 +614,11 @@ def test_the_protocol_check_catches_a_slot_overwritten_or_read_too_early(task, m
     such fault the search meets, named: the write and the read, or what the read expects and what
     it finds)."""
     source = candidate_module(task, CUDA).CUDA_SRC
-    before, after, (fault, detail) = DATA_MUTANTS[mutant]
-    assert source.count(before) == 1
-    mutated_source = source.replace(before, after)
-    if mutant == "product_before_publication":  # its product moved, not copied
-        mutated_source = mutated_source.replace(
-            "        values_other(t);\n        drain(t);\n", "        drain(t);\n", 1
-        )
-    parts = _consumer_parts(mutated_source)
-    found = _explore(4, 2, parts)
+    between, edits, (fault, detail) = DATA_MUTANTS[mutant]
+    for before, after in edits:
+        assert source.count(before) == 1
+        source = source.replace(before, after)
+    found = _explore(4, 2, _consumer_parts(source, between))
     assert found is not None and (found[0], found[2]) == (fault, detail)
 
 
@@ -669,8 +758,9 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
 
 @pytest.mark.gpu
 def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
-    """At every task shape (splits of 1 to 128 tiles among them), in both builds, and merges on
-    CUDA cores, in column slices and on tensor cores."""
+    """At every task shape (splits of 1 to 128 tiles among them), in both builds (the 64-row one
+    with the other's value product between the score groups too), and merges on CUDA cores, in
+    column slices and on tensor cores."""
     ev = gpu_evaluate(
         task,
         [
@@ -679,6 +769,7 @@ def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
             (CUDA, {"block_m": 16, "block_k": 64, "merge_stages": 1}),
             (CUDA, {"block_n": 64, "num_stages": 2}),
             (CUDA, {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 128}),
+            (CUDA, {"block_n": 64, "num_stages": 2, "values_between": True}),
         ],
     )
     for verdict in ev.verdicts:
@@ -686,21 +777,25 @@ def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("values_between", [False, True])
 @pytest.mark.parametrize("block_n, num_stages", [(32, 4), (64, 2)])
 @pytest.mark.parametrize("n_tiles", [1, 2, 3, 5, 10])
 def test_the_cuda_candidate_in_one_split_of_a_few_tiles(
-    task, monkeypatch, n_tiles, block_n, num_stages
+    task, monkeypatch, n_tiles, block_n, num_stages, values_between
 ) -> None:
     """One sequence of 64 heads in a single split of 1, 2, 3, 5 and 10 tiles (the split rule
-    replaced so that one program takes them all), in every build: each warpgroup's start and end
-    with no, one and several turns of the loop between, and the ring wrapping."""
+    replaced so that one program takes them all), in every build and either loop: each
+    warpgroup's start and end with no, one and several turns of the loop between, and the ring
+    wrapping."""
     module = candidate_module(task, CUDA)
     monkeypatch.setattr(module, "split_tiles", lambda programs, tiles, sms: tiles)
     kv_len = n_tiles * block_n
     shape = {**task.shapes("cuda")[0].to_dict(), "batch": 1, "heads": 64, "kv_len": kv_len}
     inputs = task.module.make_inputs(shape, 3, "cuda")
     want = task.reference(*inputs)
-    got = module.kernel(*inputs, block_n=block_n, num_stages=num_stages).double()
+    got = module.kernel(
+        *inputs, block_n=block_n, num_stages=num_stages, values_between=values_between
+    ).double()
     assert float((got - want).norm() / want.norm()) < 1e-2
 
 
