@@ -1164,7 +1164,7 @@ PLANS = [
     # tiles in a ring of 2), each also with the other's value product between the two groups of
     # a warpgroup's scores (values_between), with the merge the tables run at 16 sequences
     # (session 47's), and one with 64-column steps; then at one sequence with the tables' merge
-    # there (four column slices).
+    # there (four column slices), in each build and the 64-row one with values_between.
     Plan(
         "mla_decode_value",
         "cuda_mla_decode_value.py",

@@ -35,7 +35,8 @@ scores:
 
 In a ring of two, slot t + 1 is slot t - 1, and the second group (the owner's half) is loaded
 only once P_{t-1} V has given that half back: without it, the scores wait for that load with
-nothing else issued.
+nothing else issued. The price: P_{t+1} is published after P_t V and the second group, so the
+chain from one warpgroup's publication to the other's is no longer the softmax alone.
 
 Launched on torch's current stream (CUDA graphs capture it) with programmatic dependent launch:
 every warpgroup waits for the kernel before it (griddepcontrol.wait) before it reads an input
@@ -470,8 +471,8 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
 #pragma unroll 1
     for (; t + 1 < n_tiles; t += 2) {
         if constexpr (L::BETWEEN) {
-            // The own half of slot t + 1 is loaded after P_{t-1} V, just given back: P_t V runs
-            // while it is, and P_{t+1} is published after both.
+            // In a ring of two the own half of slot t + 1 is loaded after P_{t-1} V, just given
+            // back: P_t V runs while it is, and P_{t+1} is published after both.
             drain(t - 1);  // P_{t-1} V
             issue_scores_first<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
                                      c.parity(t + 1));

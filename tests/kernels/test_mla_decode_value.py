@@ -800,6 +800,22 @@ def test_the_cuda_candidate_in_one_split_of_a_few_tiles(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("block_n, num_stages", [(32, 4), (64, 2)])
+def test_the_cuda_candidates_two_loops_give_the_same_bits(task, block_n, num_stages) -> None:
+    """values_between reorders the products, not the arithmetic: the same output, bit for bit,
+    at 16 sequences of 4096 keys (several tiles a split, the loop turning)."""
+    module = candidate_module(task, CUDA)
+    shape = next(s for s in task.shapes("cuda") if s.name == "b16-kv4096")
+    inputs = task.make_inputs(shape, 11, "cuda")
+    first, between = (
+        module.kernel(*inputs, block_n=block_n, num_stages=num_stages, values_between=flag)
+        for flag in (False, True)
+    )
+    assert first.abs().amax() > 0
+    assert torch.equal(first, between)
+
+
+@pytest.mark.gpu
 def test_the_cuda_candidate_where_the_maxima_keep_rising(task) -> None:
     """Keys scaled up along the cache (position j by 1 + j / 64): a later tile's scores exceed
     the running maximum time and again, so O is rescaled by a factor well below one mid-split,
