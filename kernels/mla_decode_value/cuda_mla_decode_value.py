@@ -560,8 +560,9 @@ __global__ void __launch_bounds__(384, 1)
         // the owner's half and the rope (read by the scores and, once it holds P^T, by the
         // other warpgroup: loaded once both halves are given back). A CPU test steps through
         // these waits, arrivals and copies and the consumers' in every order
-        // (tests/kernels/test_mla_decode_value.py: the consumers' read from consume, these
-        // written in _loader_steps and pinned in PROTOCOL_LINES): change them together.
+        // (tests/kernels/test_mla_decode_value.py: the order of the consumers' calls read from
+        // consume, these written in _loader_steps and pinned in PROTOCOL_LINES): change them
+        // together.
         const int kv_row = seq * kv_len + first_tile * TILE;
         for (int j = 0; j < n_tiles; ++j) {
             const int slot = j % STAGES, owner = j % 2, row = kv_row + j * TILE;
