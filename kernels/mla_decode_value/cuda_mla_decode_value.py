@@ -470,10 +470,10 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
     }
 #pragma unroll 1
     for (; t + 1 < n_tiles; t += 2) {
+        drain(t - 1);  // P_{t-1} V
         if constexpr (L::BETWEEN) {
             // In a ring of two the own half of slot t + 1 is loaded after P_{t-1} V, just given
             // back: P_t V runs while it is, and P_{t+1} is published after both.
-            drain(t - 1);  // P_{t-1} V
             issue_scores_first<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
                                      c.parity(t + 1));
             wg_commit();
@@ -485,10 +485,7 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             wg_commit();
             drain(t);  // S_{t+1} and P_t V
             softmax(t + 1, m0, m1);
-            absorb(sm0, sm1, srs0, srs1);
-            values_own(t + 1);
         } else {
-            drain(t - 1);  // P_{t-1} V
             // S_{t+1} while P_t is awaited
             issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
                                c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));
@@ -498,9 +495,9 @@ __device__ __forceinline__ void consume(uint32_t q0, uint32_t ring, uint32_t bar
             absorb(tm0, tm1, trs0, trs1);
             values_other(t);
             drain(t);
-            absorb(sm0, sm1, srs0, srs1);
-            values_own(t + 1);
         }
+        absorb(sm0, sm1, srs0, srs1);
+        values_own(t + 1);
     }
     if (t < n_tiles) {  // the other warpgroup's last tile
         take(t);

@@ -171,18 +171,26 @@ def test_the_cuda_candidate_refuses_what_its_split_kernel_does_not_build_for(tas
 
 # ptxas's notes (C7510-C7518) when it makes every wgmma wait for the one before.
 SERIALISED = "wgmma.mma_async instructions are serialized"
-# The loop's first steps with P_{t-1} V waited for by wait_group 1 after S_{t+1} is issued (so
-# that S_{t+1} would start sooner): ptxas cannot tell which group that wait retires.
+# The scores-first loop's first steps with P_{t-1} V waited for by wait_group 1 after S_{t+1} is
+# issued (so that S_{t+1} would start sooner): ptxas cannot tell which group that wait retires.
+# Two edits: the loop's drain moved into the other branch, then this branch's replaced.
 WAIT_ONE = (
-    """            drain(t - 1);  // P_{t-1} V
-            // S_{t+1} while P_t is awaited
+    (
+        """        drain(t - 1);  // P_{t-1} V
+        if constexpr (L::BETWEEN) {""",
+        """        if constexpr (L::BETWEEN) {
+            drain(t - 1);""",
+    ),
+    (
+        """            // S_{t+1} while P_t is awaited
             issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
                                c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));""",
-    """            issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
+        """            issue_scores<L, W>(s, c.q0, c.slot_addr(t + 1), c.bar(LOADED_FIRST, t + 1),
                                c.bar(LOADED_SECOND, t + 1), c.parity(t + 1));
             asm volatile("wgmma.wait_group.sync.aligned 1;\\n" ::: "memory");
             acc_fence<128>(o);
             if (t >= 1) c.release(t - 1);""",
+    ),
 )
 
 
@@ -217,8 +225,10 @@ def test_the_cuda_split_kernel_keeps_its_products_in_flight_on_sm90a(task, tmp_p
     builds = 2 * len(candidate_module(task, CUDA).BUILDS)  # values_between False and True
     assert log.count("Compiling entry function '_Z16mla_split_kernel") == builds == 4, log
     assert log.count(" 0 bytes spill stores, 0 bytes spill loads") == builds, log
-    assert WAIT_ONE[0] in source
-    assert SERIALISED in _ptxas_log(source.replace(*WAIT_ONE), tmp_path)
+    for before, after in WAIT_ONE:
+        assert source.count(before) == 1
+        source = source.replace(before, after)
+    assert SERIALISED in _ptxas_log(source, tmp_path)
 
 
 # The CUDA split kernel's mbarrier protocol and its use of the slots as the steps of three roles
@@ -366,16 +376,16 @@ def _calls(code: str) -> list[tuple[str, str]]:
 def _consumer_parts(source: str, between: bool) -> dict:
     """consume<L, W>'s body, from its wait for Q to its finish(), cut into warpgroup 0's start
     (calls, then the t it sets), warpgroup 1's, the loop's calls (its L::BETWEEN branch or the
-    other) and the last tile's."""
+    other, between the lines both take) and the last tile's."""
     wait_q = "    mbar_wait(bars, 0);\n"
     body = source[source.index(wait_q) + len(wait_q) : source.index("    finish();\n}")]
     first, rest = body.split("    } else {", 1)
     second, rest = rest.split("    for (; t + 1 < n_tiles; t += 2) {", 1)
     loop, last = rest.split("    if (t < n_tiles) {", 1)
-    branch_between, branch_after = loop.split("        if constexpr (L::BETWEEN) {", 1)[1].split(
-        "        } else {", 1
-    )
-    loop = branch_between if between else branch_after
+    head, rest = loop.split("        if constexpr (L::BETWEEN) {\n", 1)
+    branch_between, rest = rest.split("        } else {\n", 1)
+    branch_after, tail = rest.split("        }\n", 1)
+    loop = head + (branch_between if between else branch_after) + tail
     starts = [int(re.search(r"\bt = (\d+);", part)[1]) for part in (first, second)]
     return {
         "start": [(_calls(first), starts[0]), (_calls(second), starts[1])],
@@ -400,10 +410,13 @@ def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tupl
         stats = ("stats", slot, x, "p")
         published = {("rope", slot, x, "p"), stats}
         first, second = [("wait", (kind, slot), parity) for kind in ("first", "second")]
+        scores_first = [first, ("read", {other})]
+        scores_second = [second, ("read", {own, ("rope", *own[1:])})]
         return {
             "drain": [("done",), *([("arrive", (f"free{w}", slot))] if x >= 0 else [])],
-            "issue_scores_first": [first, ("read", {other})],
-            "issue_scores_second": [second, ("read", {own, ("rope", *own[1:])})],
+            "issue_scores": scores_first + scores_second,
+            "issue_scores_first": scores_first,
+            "issue_scores_second": scores_second,
             "take": [first, second, ("wait", ("ready", slot), parity), ("load", {stats})],
             "softmax": [("write", published), ("arrive", ("ready", slot))],
             "values_other": [("read", {own, ("rope", slot, x, "p")})],
@@ -411,13 +424,7 @@ def _consumer_steps(w: int, n_tiles: int, stages: int, parts: dict) -> list[tupl
         }[name]
 
     def run(calls: list[tuple[str, str]], t: int) -> list[tuple]:
-        halves = {"issue_scores": ("issue_scores_first", "issue_scores_second")}
-        return [
-            step
-            for name, x in calls
-            for half in halves.get(name, (name,))
-            for step in steps_of(half, _tile(x, t))
-        ]
+        return [step for name, x in calls for step in steps_of(name, _tile(x, t))]
 
     calls, t = parts["start"][w]
     steps = [("wait", ("q", 0), 0), *run(calls, t)]
