@@ -775,7 +775,10 @@ def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
             (CUDA, {"block_k": 128, "column_slices": 4}),
             (CUDA, {"block_m": 16, "block_k": 64, "merge_stages": 1}),
             (CUDA, {"block_n": 64, "num_stages": 2}),
-            (CUDA, {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 128}),
+            (
+                CUDA,
+                {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 64, "merge_stages": 1},
+            ),
             (CUDA, {"block_n": 64, "num_stages": 2, "values_between": True}),
         ],
     )
