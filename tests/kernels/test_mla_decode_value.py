@@ -127,9 +127,11 @@ def test_the_splits_stay_within_what_one_merge_step_reads(task) -> None:
         assert -(-tiles // per) <= module.MAX_SPLITS
 
 
-def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
+@pytest.mark.parametrize("early", [False, True])
+def test_the_gluon_split_kernel_builds_for_sm90(task, early) -> None:
     """The split kernel copied from gluon_mla_decode.py (its shared-probabilities order) builds
-    for sm_90 with its two register budgets, within shared memory, spilling nothing."""
+    for sm_90 with its two register budgets, within shared memory, spilling nothing; with
+    early_history its loader asks for cache tiles before its griddepcontrol.wait, else none."""
     from triton.runtime.jit import mangle_type
 
     module = candidate_module(task, GLUON)
@@ -141,9 +143,13 @@ def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
     types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
     types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
     compiled = hopper_build(
-        module._split_kernel, types, {"BLOCK_N": 32, "STAGES": 4}, num_warps=4,
+        module._split_kernel, types, {"BLOCK_N": 32, "STAGES": 4, "EARLY": early}, num_warps=4,
         multiples_of_16=("heads", "kv_len"),
     )  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    # the loader's wait is the one right before it lets the next kernel launch
+    loader_wait = ptx.rindex("griddepcontrol.wait", 0, ptx.index("launch_dependents"))
+    assert ("cp.async.bulk.tensor" in ptx[:loader_wait]) == early
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0 and 0 < used["shared_bytes"] <= module.SHARED_BYTES
     assert {24, 240} <= setmaxnreg_budgets(compiled.asm["ptx"])
@@ -756,6 +762,9 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
             (GLUON, {"block_n": 64, "num_stages": 2, "block_k": 32}),
             (GLUON, {"column_slices": 4}),
             (GLUON, {"block_m": 16, "block_k": 32, "column_slices": 8}),
+            (GLUON, {"block_k": 128, "column_slices": 4, "early_history": True}),
+            (GLUON, {"block_m": 16, "block_k": 64, "merge_stages": 1, "early_history": True}),
+            (GLUON, {"block_n": 64, "num_stages": 2, "block_k": 32, "early_history": True}),
         ],
     )
     for verdict in ev.verdicts:
@@ -877,3 +886,48 @@ def test_both_kernels_wait_for_the_kernel_that_writes_their_inputs(
     inputs = task.make_inputs(shape, 7, "cuda")
     want = task.reference(*(t.double() for t in inputs))
     assert_waits_for_late_inputs(lambda *t: module.kernel(*t, **params), tuple(inputs), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape_name, params",
+    [
+        ("b1-kv4096", {"block_k": 128, "column_slices": 4}),
+        ("b16-kv4096", {"block_m": 16, "block_k": 128, "merge_warps": 8}),
+    ],
+)
+def test_early_history_waits_for_the_queries_and_the_new_slot(task, shape_name, params) -> None:
+    """With early_history the cache may be read before the wait, but the queries, W_UV and the
+    cache's last slot (the new token's) not: launched right after a kernel that writes q_nope,
+    q_pe or W_UV, or either cache whose last slot was zero, 2 ms late, the kernel gives the bits
+    it gives on the new inputs. At b1-kv4096 (64 splits of two 32-row tiles, a ring of four)
+    every split but the last loads its share early and the last split its first tile; at
+    b16-kv4096 (4 splits of 32 tiles) every split loads four tiles early and the new slot's tile
+    after. Each stale input is checked to change the output, so a kernel that read it early could
+    not pass."""
+    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
+
+    module = candidate_module(task, GLUON)
+    shape = next(s for s in task.shapes("cuda") if s.name == shape_name)
+    inputs = task.make_inputs(shape, 7, "cuda")
+    caches = inputs[2:4]
+
+    def stale(t: torch.Tensor) -> torch.Tensor:
+        if not any(t is c for c in caches):
+            return torch.zeros_like(t)
+        old = t.clone()
+        old[:, -1] = 0
+        return old
+
+    def run(*t):
+        return module.kernel(*t, early_history=True, **params)
+
+    want = run(*inputs)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(
+        want.double(), task.reference(*(t.double() for t in inputs)), atol=2e-2, rtol=2e-2
+    )
+    for i in range(len(inputs)):
+        old = [*inputs[:i], stale(inputs[i]), *inputs[i + 1 :]]
+        assert not torch.equal(run(*old), want), f"input {i}: its stale copy changes nothing"
+    assert_waits_for_late_inputs(run, tuple(inputs), want, stale=stale, exact=True)
