@@ -14,12 +14,13 @@ its product in fp32, and the last to arrive adds them up. Their arrival counts l
 buffer per device, so calls on one device must not overlap (one stream, as torch runs them).
 
 Both kernels are launched with programmatic dependent launch: each partition of the split kernel
-waits for the kernel before it before touching global memory, and its loader then lets the
-merge launch, which waits in turn. With `early_history` the loader first asks for the cache tiles
-that fill its ring, before its wait, but not the cache's last tile, as gluon_gqa_decode.py's
-`early_history`: right where the kernel before writes no slot of the cache but the last (the new
-token's, as an append-then-attend step does) and lets this one launch only after its own wait.
-The queries are always read after the wait.
+waits for the kernel before it before touching global memory (but for `early_history`'s tiles),
+and its loader then lets the merge launch, which waits in turn. With `early_history` the loader
+first asks for the cache tiles that fill its ring, before its wait, but not the cache's last
+tile (the whole tile holding the last slot), as gluon_gqa_decode.py's `early_history`: right
+where the kernel before writes no slot of the cache but the last (the new token's, as an
+append-then-attend step does) and lets this one launch only after its own wait (else a kernel
+further back may still be writing). The queries are always read after the wait.
 
 Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a multiple of 64, rank 512, rope 64,
 v_head_dim 128 and a cache length a multiple of the tile; anything else is a ValueError naming
@@ -99,9 +100,9 @@ def _load_tile(c_desc, p_desc, kv_smem, ready, free, kv_row, j, BLOCK_N: gl.cons
 def _loader(qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_row, n_tiles,
             last_split, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             EARLY: gl.constexpr):  # fmt: skip
-    """One warp: the queries once, then each cache tile into the ring. EARLY: the tiles that
+    """One warp: the queries once, then each cache tile into the ring (EARLY: the tiles that
     fill the ring are asked for before the wait, all but the cache's last tile (the last
-    split's last), which holds the slot the kernel before may write."""
+    split's last), which holds the slot the kernel before may write, come first)."""
     q_bar, ready, free, _ = bars
     early = 0
     if EARLY:

@@ -72,24 +72,28 @@ def assert_waits_for_late_inputs(
     want: torch.Tensor,
     stale: Callable[[torch.Tensor], torch.Tensor] = torch.zeros_like,
     exact: bool = False,
+    late: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
 ) -> None:
     """For each of `fresh` in turn, `run(*inputs)` launched right after a kernel that writes that
     input late over `stale(input)` (zeros unless told; the others as they are) gives `want` (to
     bfloat16 rounding, or bit for bit with `exact`), where a copy launched the same way without
-    waiting sees the stale one."""
+    waiting sees the stale one. `late(t)` is the contiguous view of an input that the late kernel
+    writes (all of it unless told): a small one leaves the SMs free for the kernel under test."""
     scratch = torch.zeros_like(fresh[0])
     run(*fresh)
     write_late(fresh[0], scratch)
     _read_without_waiting(fresh[0])
     torch.cuda.synchronize()
     for i, src in enumerate(fresh):
+        if not late(src).is_contiguous():
+            raise ValueError(f"input {i}: the late-written view must be contiguous")
         old = stale(src)
-        write_late(src, old)
-        seen = _read_without_waiting(old)
+        write_late(late(src), late(old))
+        seen = _read_without_waiting(late(old))
         torch.cuda.synchronize()
-        assert not torch.equal(seen, _bytes(src)), f"input {i}: the no-wait control saw the write"
+        assert not torch.equal(seen, _bytes(late(src))), f"input {i}: the no-wait control saw it"
         old = stale(src)
-        write_late(src, old)
+        write_late(late(src), late(old))
         got = run(*fresh[:i], old, *fresh[i + 1 :])
         torch.cuda.synchronize()
         if exact:
