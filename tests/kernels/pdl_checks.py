@@ -66,6 +66,12 @@ def _read_without_waiting(src: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _like_view(t: torch.Tensor, base: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """The view of t (laid out as base) that `view` is of base."""
+    offset = view.storage_offset() - base.storage_offset() + t.storage_offset()
+    return t.as_strided(view.size(), view.stride(), offset)
+
+
 def assert_waits_for_late_inputs(
     run: Callable[..., torch.Tensor],
     fresh: tuple[torch.Tensor, ...],
@@ -85,15 +91,17 @@ def assert_waits_for_late_inputs(
     _read_without_waiting(fresh[0])
     torch.cuda.synchronize()
     for i, src in enumerate(fresh):
-        if not late(src).is_contiguous():
+        view = late(src)
+        if not view.is_contiguous():
             raise ValueError(f"input {i}: the late-written view must be contiguous")
+
         old = stale(src)
-        write_late(late(src), late(old))
-        seen = _read_without_waiting(late(old))
+        write_late(view, _like_view(old, src, view))
+        seen = _read_without_waiting(_like_view(old, src, view))
         torch.cuda.synchronize()
-        assert not torch.equal(seen, _bytes(late(src))), f"input {i}: the no-wait control saw it"
+        assert not torch.equal(seen, _bytes(view)), f"input {i}: the no-wait control saw it"
         old = stale(src)
-        write_late(late(src), late(old))
+        write_late(view, _like_view(old, src, view))
         got = run(*fresh[:i], old, *fresh[i + 1 :])
         torch.cuda.synchronize()
         if exact:
