@@ -14,18 +14,12 @@ its product in fp32, and the last to arrive adds them up. Their arrival counts l
 buffer per device, so calls on one device must not overlap (one stream, as torch runs them).
 
 Both kernels are launched with programmatic dependent launch: each partition of the split kernel
-waits for the kernel before it before touching global memory (but for `early_history`'s tiles),
-and its loader then lets the merge launch, which waits in turn. With `early_history` the loader
-first asks for the cache tiles that fill its ring, before its wait, but not the cache's last
-tile (the whole tile holding the last slot), as gluon_gqa_decode.py's `early_history`: right
-where the kernel before writes no slot of the cache but the last (the new token's, as an
-append-then-attend step does) and lets this one launch only after its own wait (else a kernel
-further back may still be writing). The queries are always read after the wait.
-
-Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a multiple of 64, rank 512, rope 64,
-v_head_dim 128 and a cache length a multiple of the tile; anything else is a ValueError naming
-what. Gluon has no interpreter: the CPU tests build the split kernel for sm_90 and run the merge
-under the interpreter; the GPU tests check the outputs."""
+waits for the kernel before it before touching global memory, and its loader then lets the
+merge launch, which waits in turn. Runs on sm_90 with bf16 or fp16 contiguous inputs, heads a
+multiple of 64, rank 512, rope 64, v_head_dim 128 and a cache length a multiple of the tile;
+anything else is a ValueError naming what. Gluon has no interpreter: the CPU
+tests build the split kernel for sm_90 and run the merge under the interpreter; the GPU tests
+check the outputs."""
 
 import math
 
@@ -53,7 +47,6 @@ PARAMS = {
     "merge_warps": [4, 8],
     "merge_stages": [1, 2, 3, 4],
     "column_slices": [1, 2, 4, 8],
-    "early_history": [False, True],
 }
 
 LOG2E = 1.4426950408889634
@@ -83,32 +76,11 @@ def _gdc_wait():
 
 
 @gluon.jit
-def _load_tile(c_desc, p_desc, kv_smem, ready, free, kv_row, j, BLOCK_N: gl.constexpr,
-               STAGES: gl.constexpr):  # fmt: skip
-    """Cache tile j by TMA into its buffer, once both warpgroups have released it (a fresh
-    barrier passes the first wait, parity 1)."""
-    stage = j % STAGES
-    row = kv_row + j * BLOCK_N
-    mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
-    mbarrier.expect(ready.index(stage), CHUNKS * c_desc.block_type.nbytes)
-    for c in gl.static_range(CHUNKS - 1):
-        tma_load(c_desc, [row, c * CHUNK], ready.index(stage), kv_smem.index(stage * CHUNKS + c))
-    tma_load(p_desc, [row, 0], ready.index(stage), kv_smem.index(stage * CHUNKS + CHUNKS - 1))
-
-
-@gluon.jit
 def _loader(qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_row, n_tiles,
-            last_split, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            EARLY: gl.constexpr):  # fmt: skip
-    """One warp: the queries once, then each cache tile into the ring (EARLY: the tiles that
-    fill the ring are asked for before the wait, all but the cache's last tile (the last
-    split's last), which holds the slot the kernel before may write, come first)."""
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """One warp: the queries once, then each cache tile by TMA into the ring, a buffer as soon as
+    both warpgroups have released it (a fresh barrier passes the first wait, parity 1)."""
     q_bar, ready, free, _ = bars
-    early = 0
-    if EARLY:
-        early = gl.minimum(n_tiles - last_split, STAGES)
-        for j in range(early):
-            _load_tile(c_desc, p_desc, kv_smem, ready, free, kv_row, j, BLOCK_N, STAGES)
     _gdc_wait()
     gl.inline_asm_elementwise(
         "griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
@@ -117,8 +89,16 @@ def _loader(qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row, kv_r
     for c in gl.static_range(CHUNKS - 1):
         tma_load(qn_desc, [q_row, c * CHUNK], q_bar, q_smem.index(c))
     tma_load(qp_desc, [q_row, 0], q_bar, q_smem.index(CHUNKS - 1))
-    for j in range(early, n_tiles):
-        _load_tile(c_desc, p_desc, kv_smem, ready, free, kv_row, j, BLOCK_N, STAGES)
+    for j in range(n_tiles):
+        stage = j % STAGES
+        row = kv_row + j * BLOCK_N
+        mbarrier.wait(free.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), CHUNKS * c_desc.block_type.nbytes)
+        for c in gl.static_range(CHUNKS - 1):
+            tma_load(
+                c_desc, [row, c * CHUNK], ready.index(stage), kv_smem.index(stage * CHUNKS + c)
+            )
+        tma_load(p_desc, [row, 0], ready.index(stage), kv_smem.index(stage * CHUNKS + CHUNKS - 1))
 
 
 @gluon.jit
@@ -277,8 +257,8 @@ def _epilogue(o0, o1, o2, o3, m_i, l_i, po_ptr, plse_ptr, q_row, n_splits,
 
 @gluon.jit
 def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_len,
-                  tiles_per_split, scale_log2, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  EARLY: gl.constexpr):  # fmt: skip
+                  tiles_per_split, scale_log2, BLOCK_N: gl.constexpr,
+                  STAGES: gl.constexpr):  # fmt: skip
     head_blocks = heads // ROWS
     seq = gl.program_id(0) // head_blocks
     q_row = seq * heads + gl.program_id(0) % head_blocks * ROWS
@@ -317,8 +297,7 @@ def _split_kernel(qn_desc, qp_desc, c_desc, p_desc, po_ptr, plse_ptr, heads, kv_
             (_consumer_shared, (q_smem, kv_smem, stats, bars, po_split, plse_split, q_row,
                                 n_splits, n_tiles, scale_log2, 1, BLOCK_N, STAGES)),
             (_loader, (qn_desc, qp_desc, c_desc, p_desc, q_smem, kv_smem, bars, q_row,
-                       kv_row, n_tiles, (split == n_splits - 1).to(gl.int32), BLOCK_N, STAGES,
-                       EARLY)),
+                       kv_row, n_tiles, BLOCK_N, STAGES)),
         ],
         [4, 1],
         [240, 24],
@@ -493,7 +472,6 @@ def kernel(
     merge_warps: int = 4,
     merge_stages: int = 3,
     column_slices: int = 1,
-    early_history: bool = False,
 ) -> torch.Tensor:
     why = _refusal(
         q_nope, q_pe, ckv, kpe, w_uv, block_n, num_stages, block_m, block_k, column_slices
@@ -527,8 +505,7 @@ def kernel(
     with torch.cuda.device(device):
         _split_kernel[(programs, n_splits)](
             *descs, part_o, part_lse, h, kv_len, tiles, LOG2E / math.sqrt(SCALE_DIM),
-            BLOCK_N=block_n, STAGES=num_stages, EARLY=bool(early_history), num_warps=4,
-            launch_pdl=True,
+            BLOCK_N=block_n, STAGES=num_stages, num_warps=4, launch_pdl=True,
         )  # fmt: skip
         try:
             _merge_value_kernel[(tiles_m, h, column_slices)](

@@ -66,42 +66,30 @@ def _read_without_waiting(src: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _like_view(t: torch.Tensor, base: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
-    """The view of t (laid out as base) that `view` is of base."""
-    offset = view.storage_offset() - base.storage_offset() + t.storage_offset()
-    return t.as_strided(view.size(), view.stride(), offset)
-
-
 def assert_waits_for_late_inputs(
     run: Callable[..., torch.Tensor],
     fresh: tuple[torch.Tensor, ...],
     want: torch.Tensor,
     stale: Callable[[torch.Tensor], torch.Tensor] = torch.zeros_like,
     exact: bool = False,
-    late: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
 ) -> None:
     """For each of `fresh` in turn, `run(*inputs)` launched right after a kernel that writes that
     input late over `stale(input)` (zeros unless told; the others as they are) gives `want` (to
     bfloat16 rounding, or bit for bit with `exact`), where a copy launched the same way without
-    waiting sees the stale one. `late(t)` is the contiguous view of an input that the late kernel
-    writes (all of it unless told): a small one leaves the SMs free for the kernel under test."""
+    waiting sees the stale one."""
     scratch = torch.zeros_like(fresh[0])
     run(*fresh)
     write_late(fresh[0], scratch)
     _read_without_waiting(fresh[0])
     torch.cuda.synchronize()
     for i, src in enumerate(fresh):
-        view = late(src)
-        if not view.is_contiguous():
-            raise ValueError(f"input {i}: the late-written view must be contiguous")
-
         old = stale(src)
-        write_late(view, _like_view(old, src, view))
-        seen = _read_without_waiting(_like_view(old, src, view))
+        write_late(src, old)
+        seen = _read_without_waiting(old)
         torch.cuda.synchronize()
-        assert not torch.equal(seen, _bytes(view)), f"input {i}: the no-wait control saw it"
+        assert not torch.equal(seen, _bytes(src)), f"input {i}: the no-wait control saw the write"
         old = stale(src)
-        write_late(view, _like_view(old, src, view))
+        write_late(src, old)
         got = run(*fresh[:i], old, *fresh[i + 1 :])
         torch.cuda.synchronize()
         if exact:

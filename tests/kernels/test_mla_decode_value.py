@@ -127,11 +127,9 @@ def test_the_splits_stay_within_what_one_merge_step_reads(task) -> None:
         assert -(-tiles // per) <= module.MAX_SPLITS
 
 
-@pytest.mark.parametrize("early", [False, True])
-def test_the_gluon_split_kernel_builds_for_sm90(task, early) -> None:
+def test_the_gluon_split_kernel_builds_for_sm90(task) -> None:
     """The split kernel copied from gluon_mla_decode.py (its shared-probabilities order) builds
-    for sm_90 with its two register budgets, within shared memory, spilling nothing; with
-    early_history its loader asks for cache tiles before its griddepcontrol.wait, else none."""
+    for sm_90 with its two register budgets, within shared memory, spilling nothing."""
     from triton.runtime.jit import mangle_type
 
     module = candidate_module(task, GLUON)
@@ -143,16 +141,9 @@ def test_the_gluon_split_kernel_builds_for_sm90(task, early) -> None:
     types |= {"po_ptr": "*fp32", "plse_ptr": "*fp32", "heads": "i32", "kv_len": "i32"}
     types |= {"tiles_per_split": "i32", "scale_log2": "fp32"}
     compiled = hopper_build(
-        module._split_kernel, types, {"BLOCK_N": 32, "STAGES": 4, "EARLY": early}, num_warps=4,
+        module._split_kernel, types, {"BLOCK_N": 32, "STAGES": 4}, num_warps=4,
         multiples_of_16=("heads", "kv_len"),
     )  # fmt: skip
-    ptx = compiled.asm["ptx"]
-    # the loader's wait is the one right before it lets the next kernel launch
-    loader_wait = ptx.rindex("griddepcontrol.wait", 0, ptx.index("launch_dependents"))
-    # with early_history one tile's nine chunk loads (a loop's body), and not the queries'
-    before = ptx[:loader_wait]
-    assert before.count("cp.async.bulk.tensor") == (9 if early else 0)
-    assert "73728;" not in before  # the queries' expect-tx bytes: 9 chunks of 64 x 64 bf16
     used = sm90_resources(compiled)
     assert used["spill_bytes"] == 0 and 0 < used["shared_bytes"] <= module.SHARED_BYTES
     assert {24, 240} <= setmaxnreg_budgets(compiled.asm["ptx"])
@@ -765,9 +756,6 @@ def test_the_gluon_candidate_matches_the_reference_on_gpu(task) -> None:
             (GLUON, {"block_n": 64, "num_stages": 2, "block_k": 32}),
             (GLUON, {"column_slices": 4}),
             (GLUON, {"block_m": 16, "block_k": 32, "column_slices": 8}),
-            (GLUON, {"block_k": 128, "column_slices": 4, "early_history": True}),
-            (GLUON, {"block_m": 16, "block_k": 64, "merge_stages": 1, "early_history": True}),
-            (GLUON, {"block_n": 64, "num_stages": 2, "block_k": 32, "early_history": True}),
         ],
     )
     for verdict in ev.verdicts:
@@ -889,50 +877,3 @@ def test_both_kernels_wait_for_the_kernel_that_writes_their_inputs(
     inputs = task.make_inputs(shape, 7, "cuda")
     want = task.reference(*(t.double() for t in inputs))
     assert_waits_for_late_inputs(lambda *t: module.kernel(*t, **params), tuple(inputs), want)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    "params", [{"block_k": 128, "column_slices": 4}, {"block_n": 64, "num_stages": 2}]
-)
-def test_early_history_waits_for_the_queries_and_the_new_slot(task, params) -> None:
-    """With early_history the cache may be read before the wait, but the queries and the cache's
-    last slot (the new token's) not: launched right after a kernel that writes q_nope or q_pe, or
-    either cache's last slot (zero before), 2 ms late, the kernel gives the bits it gives on the
-    new inputs (W_UV written late too, as in the test above). One sequence (b1-kv4096), so a
-    cache's last slot is contiguous and one small program writes it late, leaving the other
-    SMs to the split kernel's programs, which all start at once: 64 splits of two 32-row tiles
-    (every split but the last loads both early, the last its first) or of one 64-row tile (the
-    last split loads nothing early). Each stale input is checked to change the output, so a
-    kernel that read it early could not pass."""
-    from tests.kernels.pdl_checks import assert_waits_for_late_inputs
-
-    module = candidate_module(task, GLUON)
-    shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
-    inputs = task.make_inputs(shape, 7, "cuda")
-
-    def is_cache(t: torch.Tensor) -> bool:
-        return any(t is c for c in inputs[2:4])
-
-    def stale(t: torch.Tensor) -> torch.Tensor:
-        if not is_cache(t):
-            return torch.zeros_like(t)
-        old = t.clone()
-        old[:, -1] = 0
-        return old
-
-    def run(*t):
-        return module.kernel(*t, early_history=True, **params)
-
-    want = run(*inputs)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(
-        want.double(), task.reference(*(t.double() for t in inputs)), atol=2e-2, rtol=2e-2
-    )
-    for i in range(len(inputs)):
-        old = [*inputs[:i], stale(inputs[i]), *inputs[i + 1 :]]
-        assert not torch.equal(run(*old), want), f"input {i}: its stale copy changes nothing"
-    assert_waits_for_late_inputs(
-        run, tuple(inputs), want, stale=stale, exact=True,
-        late=lambda t: t[:, -1] if is_cache(t) else t,
-    )  # fmt: skip
