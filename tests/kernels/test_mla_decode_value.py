@@ -768,17 +768,16 @@ def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
     """At every task shape (splits of 1 to 128 tiles among them), in both builds (the 64-row one
     with the other's value product between the score groups too), and merges on CUDA cores, in
     column slices and on tensor cores."""
+    # 64 splits at b1-kv4096 in either build: one 64-column step at a time fits shared memory
+    tensor_cores = {"block_m": 16, "block_k": 64, "merge_stages": 1}
     ev = gpu_evaluate(
         task,
         [
             (CUDA, {}),
             (CUDA, {"block_k": 128, "column_slices": 4}),
-            (CUDA, {"block_m": 16, "block_k": 64, "merge_stages": 1}),
+            (CUDA, tensor_cores),
             (CUDA, {"block_n": 64, "num_stages": 2}),
-            (
-                CUDA,
-                {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 64, "merge_stages": 1},
-            ),
+            (CUDA, {"block_n": 64, "num_stages": 2} | tensor_cores),
             (CUDA, {"block_n": 64, "num_stages": 2, "values_between": True}),
         ],
     )
