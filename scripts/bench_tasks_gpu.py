@@ -121,6 +121,12 @@ HEAD_GEMV_DOT_GRID = _grid({"block_n": [32, 64, 128], "block_k": [64, 128, 256]}
 HEAD_GEMV_ROW_GRID = _grid(
     {"block_m": [1], "block_n": [16, 32, 64], "block_k": [128, 256], "use_dot": [False]}
 )
+# The MLA merges the tables run (session 47's): 16 sequences on tensor cores, one sequence in
+# four column slices; the CUDA split kernel's 64-row build and its values_between loop.
+MLA_MERGE16 = {"block_m": 16, "block_k": 128, "merge_warps": 8}
+MLA_MERGE1 = {"block_k": 128, "column_slices": 4}
+CUDA_MLA_ROWS64 = {"block_n": 64, "num_stages": 2}
+CUDA_MLA_BETWEEN = {"values_between": True}
 MMA_GRID = [
     c
     for c in _grid({"k_warps": [4, 8, 16], "n_tiles": [1, 2, 4], "unroll": [1, 2, 4]})
@@ -1170,41 +1176,24 @@ PLANS = [
         "cuda_mla_decode_value.py",
         ["b16-kv4096", "b16-kv8192", "b64-kv4096"],
         [
-            {"block_m": 16, "block_k": 128, "merge_warps": 8},
-            {"block_n": 64, "num_stages": 2, "block_m": 16, "block_k": 128, "merge_warps": 8},
-            {"values_between": True, "block_m": 16, "block_k": 128, "merge_warps": 8},
-            {
-                "block_n": 64,
-                "num_stages": 2,
-                "values_between": True,
-                "block_m": 16,
-                "block_k": 128,
-                "merge_warps": 8,
-            },
+            MLA_MERGE16,
+            CUDA_MLA_ROWS64 | MLA_MERGE16,
+            CUDA_MLA_BETWEEN | MLA_MERGE16,
+            CUDA_MLA_ROWS64 | CUDA_MLA_BETWEEN | MLA_MERGE16,
             {"block_m": 16, "block_k": 64, "merge_warps": 4},
         ],
         tag="cudamla16",
         peers=FUSED_PEERS,
-        rivals=[("gluon_mla_decode_value.py", {"block_m": 16, "block_k": 128, "merge_warps": 8})],
+        rivals=[("gluon_mla_decode_value.py", MLA_MERGE16)],
     ),
     Plan(
         "mla_decode_value",
         "cuda_mla_decode_value.py",
         ["b1-kv32768", "b1-kv4096", "b1-kv131072"],
-        [
-            {"block_k": 128, "column_slices": 4},
-            {"block_n": 64, "num_stages": 2, "block_k": 128, "column_slices": 4},
-            {
-                "block_n": 64,
-                "num_stages": 2,
-                "values_between": True,
-                "block_k": 128,
-                "column_slices": 4,
-            },
-        ],
+        [MLA_MERGE1, CUDA_MLA_ROWS64 | MLA_MERGE1, CUDA_MLA_ROWS64 | CUDA_MLA_BETWEEN | MLA_MERGE1],
         tag="cudamla1",
         peers=FUSED_PEERS,
-        rivals=[("gluon_mla_decode_value.py", {"block_k": 128, "column_slices": 4})],
+        rivals=[("gluon_mla_decode_value.py", MLA_MERGE1)],
     ),
     # Llama's attention with the output projection and its add, no merge kernel between them:
     # the projection's row blocks, heads a program, tiles ahead and warps (configurations that
