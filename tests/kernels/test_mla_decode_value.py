@@ -770,15 +770,16 @@ def test_the_cuda_candidate_matches_the_reference_on_gpu(task) -> None:
     column slices and on tensor cores."""
     # 64 splits at b1-kv4096 in either build: one 64-column step at a time fits shared memory
     tensor_cores = {"block_m": 16, "block_k": 64, "merge_stages": 1}
+    rows64 = {"block_n": 64, "num_stages": 2}
     ev = gpu_evaluate(
         task,
         [
             (CUDA, {}),
             (CUDA, {"block_k": 128, "column_slices": 4}),
             (CUDA, tensor_cores),
-            (CUDA, {"block_n": 64, "num_stages": 2}),
-            (CUDA, {"block_n": 64, "num_stages": 2} | tensor_cores),
-            (CUDA, {"block_n": 64, "num_stages": 2, "values_between": True}),
+            (CUDA, rows64),
+            (CUDA, rows64 | tensor_cores),
+            (CUDA, rows64 | {"values_between": True}),
         ],
     )
     for verdict in ev.verdicts:
