@@ -493,8 +493,14 @@ TORCH_HOOKS = {
 # kernel objects have them, so setting one anywhere else changes nothing anyone reads.
 KERNEL_SETTINGS = {"max_dynamic_shared_size_bytes", "preferred_shared_memory_carveout"}
 
-# A task's FORBIDDEN_OPS names every library matrix product at once as LIBRARY_GEMM (task files
-# import nothing of the harness). `dot` is absent on purpose: it would also ban tl.dot.
+# A task's FORBIDDEN_OPS may name a family of library ops at once (task files import nothing of
+# the harness): "library-gemm" every library matrix product, "library-norm" every library
+# normalisation, "library-softmax" every library softmax, "library-attention" every library
+# attention. A name of LONG_OP or more letters (underscores and case ignored) is forbidden
+# inside a library's longer names too (torch.native_layer_norm, nn.CrossEntropyLoss,
+# nn.Softmax2d); a shorter one only as itself (`mm` would forbid `symmetric_memory`, `linear`
+# Gluon's `DistributedLinearLayout`). `dot` is absent on purpose: it would also ban tl.dot.
+LONG_OP = 7
 LIBRARY_GEMM = "library-gemm"
 LIBRARY_GEMM_OPS = (
     "matmul",
@@ -506,16 +512,72 @@ LIBRARY_GEMM_OPS = (
     "baddbmm",
     "mv",
     "linear",
+    "lazylinear",
+    "bilinear",
     "einsum",
     "tensordot",
     "inner",
     "chain_matmul",
     "multi_dot",
     "_scaled_mm",
+    "scaled_grouped_mm",
+    "grouped_mm",
     "_int_mm",
     "gemm",
     "cublas",
+    "fbgemm_linear",
+    # sparse products take dense operands too
+    "smm",
+    "spmm",
+    "hspmm",
+    "dsmm",
+    "saddmm",
+    "sspaddmm",
+    # a convolution with a 1-wide kernel, and a distance's cross term, are matrix products
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose",
+    "conv_tbc",
+    "convolution",
+    "cdist",
 )
+LIBRARY_NORM_OPS = (
+    "rms_norm",
+    "layer_norm",
+    "group_norm",
+    "batch_norm",
+    "instance_norm",
+    "local_response_norm",
+    "normalize",
+)
+LIBRARY_SOFTMAX_OPS = (
+    "softmax",
+    "log_softmax",
+    "softmin",
+    "logsumexp",
+    # a categorical distribution's probs are the softmax of its logits
+    "distributions",
+    "categorical",
+)
+LIBRARY_ATTENTION_OPS = (
+    "scaled_dot_product",
+    "flash_attn",
+    "flash_attention",
+    "efficient_attention",
+    "cudnn_attention",
+    "flex_attention",
+    "varlen_attn",
+    "multi_head_attention",
+    "causal_lower_right",
+    "flash_mla",
+)
+LIBRARY_OPS = {
+    LIBRARY_GEMM: LIBRARY_GEMM_OPS,
+    "library-norm": LIBRARY_NORM_OPS,
+    "library-softmax": LIBRARY_SOFTMAX_OPS,
+    "library-attention": LIBRARY_ATTENTION_OPS,
+}
 
 # Methods a candidate may not define: they run inside the harness, at times it does not choose.
 HOOK_METHODS = (
@@ -690,6 +752,37 @@ def _normalised(name: str) -> str:
     return name.lower().replace("_", "")
 
 
+def expand_forbidden_ops(forbidden_ops: tuple[str, ...]) -> tuple[str, ...]:
+    """A task's FORBIDDEN_OPS with each family (LIBRARY_OPS) replaced by its ops."""
+    return tuple(expanded for op in forbidden_ops for expanded in LIBRARY_OPS.get(op, (op,)))
+
+
+def _names_op(name: str, ops: set[str], library: bool = True) -> bool:
+    """Whether `name` is one of the normalised `ops`, or, where it is a library's (imported, or
+    reached from a module), holds one of LONG_OP letters or more. An attribute of anything else
+    (a tensor's method, the candidate's compiled extension) must be the op itself."""
+    name = _normalised(name)
+    return name in ops or (library and any(len(op) >= LONG_OP and op in name for op in ops))
+
+
+def _module_attribute(node: ast.Attribute, module_names: set[str]) -> bool:
+    """Whether `node` is a module's attribute (torch.nn.functional.conv1d), not one of a value a
+    call returned (the candidate's compiled extension, a tensor)."""
+    value = node.value
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, ast.Name) and value.id in module_names
+
+
+def _op_module_reasons(module: str, lineno: int, ops: set[str]) -> list[Reason]:
+    """An import from a module named for a forbidden op (torch.distributions.utils, say)."""
+    parts = [part for part in module.split(".") if _names_op(part, ops)]
+    return [
+        reason("calls-reference", f"line {lineno}: imports from {module} ({part})")
+        for part in parts[:1]
+    ]
+
+
 def declares_strided_inputs(module) -> bool:
     """Whether a loaded candidate module declares STRIDED_INPUTS (read from its namespace, not
     through a module `__getattr__`): decoder blocks then pass it views, and the evaluator
@@ -699,11 +792,8 @@ def declares_strided_inputs(module) -> bool:
 
 def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()) -> StaticReport:
     """All static reasons to reject `source`; an empty list means it may be loaded.
-    `forbidden_ops` may name LIBRARY_GEMM for LIBRARY_GEMM_OPS."""
-    forbidden_ops = tuple(
-        expanded for op in forbidden_ops
-        for expanded in (LIBRARY_GEMM_OPS if op == LIBRARY_GEMM else (op,))
-    )  # fmt: skip
+    `forbidden_ops` may name families of LIBRARY_OPS."""
+    forbidden_ops = expand_forbidden_ops(forbidden_ops)
     try:
         tree = parse(source, filename)
     except SyntaxError as exc:
@@ -727,6 +817,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                         reason("forbidden-import", f"line {node.lineno}: import {alias.name}")
                     )
                 reasons += _module_path_reasons(alias.name, node.lineno)
+                reasons += _op_module_reasons(alias.name, node.lineno, ops)
         elif isinstance(node, ast.ImportFrom):
             top = (node.module or "").split(".")[0]
             if node.level or top not in ALLOWED_MODULES:
@@ -736,6 +827,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             reasons += _module_path_reasons(
                 node.module or "", node.lineno, tuple(a.name for a in node.names)
             )
+            reasons += _op_module_reasons(node.module or "", node.lineno, ops)
             module_parts = set((node.module or "").split("."))
             for alias in node.names:
                 aliases[alias.asname or alias.name] = top
@@ -746,7 +838,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     reasons.append(
                         reason("forbidden-call", f"line {node.lineno}: cupy raw CUDA bindings")
                     )
-                elif _normalised(alias.name) in ops:
+                elif _names_op(alias.name, ops):
                     reasons.append(
                         reason("calls-reference", f"line {node.lineno}: imports {alias.name}")
                     )
@@ -835,7 +927,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                         " does not define)",
                     )
                 )
-            elif _normalised(node.attr) in ops and not (
+            elif _names_op(node.attr, ops, _module_attribute(node, module_names)) and not (
                 node.attr in bound and own_roots.holds(node.value)
             ):
                 reasons.append(
@@ -852,7 +944,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
             reasons.append(
                 reason("forbidden-call", f"line {node.lineno}: {node.id} (private module name)")
             )
-        elif isinstance(node, ast.Name) and _normalised(node.id) in ops and node.id not in bound:
+        elif isinstance(node, ast.Name) and _names_op(node.id, ops) and node.id not in bound:
             reasons.append(
                 reason("calls-reference", f"line {node.lineno}: {node.id} implements the task")
             )

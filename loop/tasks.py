@@ -94,6 +94,12 @@ class Task:
             return float(self.module.PEER_TOLERANCE[dtype])
         return float(self.module.TOLERANCE[dtype])
 
+    @property
+    def row_error_ord(self) -> int | None:
+        """The task's optional ROW_ERROR_ORD: each output row's (last dim's) relative error in
+        that norm must be within the tolerance too, not only the whole output's."""
+        return getattr(self.module, "ROW_ERROR_ORD", None)
+
     def output_dtypes(self, shape: Shape, count: int) -> list[str]:
         """The dtype of each of the `count` outputs: the task's optional `output_dtypes(shape)`
         hook, else the shape's dtype for every output."""

@@ -503,6 +503,19 @@ def _check_outputs(ctx: Context, shape, outputs, refs, peer: bool = False):
                 "mismatch",
                 f"{where}: relative error {err:.3g} > tolerance {tol:.3g} ({dtype_name})",
             ), None
+        ord_ = task.row_error_ord
+        if ord_ is not None and got.dim() > 0 and got.numel() > 0:
+            rows = torch.linalg.vector_norm(got - ref, ord_, dim=-1) / torch.linalg.vector_norm(
+                ref, ord_, dim=-1
+            ).clamp_min(1e-300)
+            row_err = float(rows.max())
+            if row_err > tol:
+                row = int(rows.flatten().argmax())
+                return reason(
+                    "mismatch",
+                    f"{where}: row {row}'s relative error in the {ord_}-norm {row_err:.3g} > "
+                    f"tolerance {tol:.3g} ({dtype_name})",
+                ), None
     return None, worst
 
 

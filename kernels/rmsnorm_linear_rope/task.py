@@ -61,7 +61,9 @@ BUCKET_KEY = "m"
 def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, ...]:
     """x ~ N(0, 4) (the norm must undo its scale), g ~ 1 + N(0, 1/16) as trained norm weights
     are, W ~ N(0, 1/k) (outputs of order one); each row at a random position, its cos and sin
-    computed in float64 and rounded to float32. Drawn on the device."""
+    computed in float64 and rounded to float32; one all-zero row of x where there are several
+    (a padding token: a kernel that leaves out eps returns NaN there, and nowhere else). Drawn
+    on the device."""
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     m, k, n_qk, n_v, half = (
@@ -78,6 +80,8 @@ def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, ...]
     inv_freq = THETA ** (-torch.arange(half, dtype=torch.float64, device=device) / half)
     angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
     cos, sin = torch.cos(angles).float(), torch.sin(angles).float()
+    if m > 1:
+        x[int(torch.randint(m, (1,), generator=gen, device=device))] = 0.0
     return x.to(dtype), g.to(dtype), w[:n_qk].clone(), w[n_qk:].clone(), cos, sin
 
 
@@ -151,12 +155,7 @@ CANDIDATES = {
 # in loop/guards.py as LIBRARY_GEMM_OPS) and the task's other ops.
 FORBIDDEN_OPS = (
     "library-gemm",
-    "rms_norm",
-    "layer_norm",
-    "group_norm",
-    "batch_norm",
-    "instance_norm",
-    "normalize",
+    "library-norm",
     "apply_rotary_emb",
     "apply_rotary_pos_emb",
     "rotary_embedding",

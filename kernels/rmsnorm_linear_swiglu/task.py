@@ -55,13 +55,16 @@ BUCKET_KEY = "m"
 def make_inputs(shape: dict, seed: int, device: str) -> tuple[torch.Tensor, ...]:
     """x ~ N(0, 4) (the norm must undo its scale), g ~ 1 + N(0, 1/16) as trained norm weights
     are, W ~ N(0, 1/k): the projections are of order one, where SiLU is far from both its
-    linear and its zero ends. Drawn on the device."""
+    linear and its zero ends; one all-zero row of x where there are several (a padding token:
+    a kernel that leaves out eps returns NaN there, and nowhere else). Drawn on the device."""
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = getattr(torch, shape["dtype"])
     m, f, k = shape["m"], shape["f"], shape["k"]
     x = torch.randn(m, k, generator=gen, device=device).mul_(2.0)
     g = torch.randn(k, generator=gen, device=device).mul_(0.25).add_(1.0)
     w = torch.randn(2 * f, k, generator=gen, device=device).mul_(k**-0.5)
+    if m > 1:
+        x[int(torch.randint(m, (1,), generator=gen, device=device))] = 0.0
     return x.to(dtype), g.to(dtype), w.to(dtype)
 
 
@@ -123,12 +126,7 @@ CANDIDATES = {
 # in loop/guards.py as LIBRARY_GEMM_OPS) and the task's other ops.
 FORBIDDEN_OPS = (
     "library-gemm",
-    "rms_norm",
-    "layer_norm",
-    "group_norm",
-    "batch_norm",
-    "instance_norm",
-    "normalize",
+    "library-norm",
     "silu",
     "silu_",
     "swiglu",

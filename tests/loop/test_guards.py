@@ -425,6 +425,60 @@ def test_library_gemm_forbids_every_library_matrix_product(body: str) -> None:
     assert "calls-reference" not in codes(kernel_source(body), ("rms_norm",))
 
 
+@pytest.mark.parametrize(
+    ("body", "imports", "family"),
+    [
+        ("y = torch.nn.functional.conv1d(x, x)", "", "library-gemm"),
+        ("y = torch.nn.functional.bilinear(x, x, x)", "", "library-gemm"),
+        ("y = torch.nn.functional.grouped_mm(x, x)", "", "library-gemm"),
+        ("y = torch.addbmm(x, x, x)", "", "library-gemm"),
+        ("y = torch.nn.ConvTranspose1d(8, 8, 1)", "", "library-gemm"),
+        ("y = torch.native_layer_norm(x, [8], None, None, 1e-6)", "", "library-norm"),
+        ("y = torch.batch_norm_elemt(x)", "", "library-norm"),
+        ("y = torch.nn.functional.local_response_norm(x, 8)", "", "library-norm"),
+        ("y = torch.nn.Softmax2d()(x)", "", "library-softmax"),
+        ("y = x.log_softmax(-1)", "", "library-softmax"),
+        ("y = torch.distributions.Categorical(logits=x).probs", "", "library-softmax"),
+        ("y = Cat(logits=x).probs", "from torch.distributions import Categorical as Cat\n",
+         "library-softmax"),
+        ("y = probs(x)", "from torch.distributions.utils import logits_to_probs as probs\n",
+         "library-softmax"),
+        ("y = attn(x, x, x)", "from torch.nn.attention.varlen import varlen_attn as attn\n",
+         "library-attention"),
+        ("y = torch.nn.functional.multi_head_attention_forward(x)", "", "library-attention"),
+    ],
+)  # fmt: skip
+def test_library_families_forbid_the_op_under_any_name(body, imports, family) -> None:
+    """A family (loop.guards.LIBRARY_OPS) forbids its ops, and a library's longer names that
+    hold one (native_layer_norm, Softmax2d); the ops of another family stay allowed."""
+    assert "calls-reference" in codes(kernel_source(body, imports), (family,))
+    others = tuple(f for f in ("library-gemm", "library-norm", "library-softmax") if f != family)
+    if family != "library-attention":
+        assert "calls-reference" not in codes(kernel_source(body, imports), others)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the candidate's own compiled extension, named for what it does
+        "y = torch.utils.cpp_extension.load_inline('e', '').launch_rmsnorm_gemm(x)",
+        "y = torch.cuda.current_stream().softmax_stream",
+        "y = x.new_empty(3)",  # short ops match only themselves: `mm` is not in symmetric
+        "y = torch.linalg.vector_norm(x)",
+    ],
+)
+def test_library_families_leave_other_names_alone(body: str) -> None:
+    families = ("library-gemm", "library-norm", "library-softmax", "library-attention")
+    assert "calls-reference" not in codes(kernel_source(body), families)
+
+
+def test_short_ops_match_only_themselves() -> None:
+    source = kernel_source(
+        "y = gl.DistributedLinearLayout", "from triton.experimental import gluon as gl\n"
+    )
+    assert "calls-reference" not in codes(source, ("library-gemm",))
+
+
 def test_own_functions_named_like_a_forbidden_op_pass() -> None:
     source = (
         HEADER + "def _rmsnorm_rows(x):\n    return x * 2\n"

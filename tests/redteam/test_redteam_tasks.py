@@ -1,0 +1,87 @@
+"""Red-team suite, the task definitions (the thirteenth red team, 2026-12-07): tricks that the
+generic checks cannot see, because only a task's own FORBIDDEN_OPS, inputs and tolerance decide
+them. Each candidate goes through the public evaluator on the CPU beside the task's honest torch
+candidate, and must be rejected with the reason code that names the trick; the honest one must
+pass the same batch.
+
+A trick the evaluator does not yet catch is a strict xfail whose reason starts with "HOLE:"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loop.evaluator import CandidateSpec, evaluate
+from loop.tasks import load_task
+
+HERE = Path(__file__).parent / "candidates_tasks"
+
+# task -> {entry: (candidate, expected code)}
+TRICKS = {
+    "linear_residual": {
+        "12-gemm-as-conv1d": ("linres_via_conv1d.py", "calls-reference"),
+        "12-gemm-as-bilinear": ("linres_via_bilinear.py", "calls-reference"),
+    },
+    "head_gemv": {"12-gemv-as-grouped-conv1d": ("headgemv_via_conv1d.py", "calls-reference")},
+    "skinny_gemm": {"12-gemm-as-grouped-mm": ("skinny_via_grouped_mm.py", "calls-reference")},
+    "fp8_gemm": {"12-gemm-as-addbmm": ("fp8_via_addbmm.py", "calls-reference")},
+    "add_rmsnorm": {
+        "12-norm-as-native-layer-norm": (
+            "add_rmsnorm_via_native_layer_norm.py",
+            "calls-reference",
+        )
+    },
+    "softmax": {
+        "12-softmax-as-categorical": ("softmax_via_categorical.py", "calls-reference"),
+        "12-softmax-as-softmax2d": ("softmax_via_softmax2d.py", "calls-reference"),
+        "10-no-max-subtracted": ("softmax_without_max.py", "non-finite-output"),
+        "11-tail-zeroed": ("softmax_drops_tail.py", "mismatch"),
+    },
+    "cross_entropy": {
+        "12-loss-as-crossentropyloss": ("ce_via_crossentropyloss.py", "calls-reference"),
+        "12-loss-as-categorical": ("ce_via_categorical.py", "calls-reference"),
+        "10-no-max-subtracted": ("ce_without_max.py", "non-finite-output"),
+    },
+    "prefill_attention": {
+        "12-attention-as-varlen-attn": ("prefill_via_varlen_attn.py", "calls-reference")
+    },
+    "rmsnorm_linear": {"10-no-eps": ("rmsnorm_linear_without_eps.py", "non-finite-output")},
+    "rmsnorm_linear_rope": {
+        "10-no-eps": ("rmsnorm_linear_rope_without_eps.py", "non-finite-output")
+    },
+    "rmsnorm_linear_swiglu": {
+        "10-no-eps": ("rmsnorm_linear_swiglu_without_eps.py", "non-finite-output")
+    },
+    "mla_rope_norm": {"10-no-eps": ("mla_rope_norm_without_eps.py", "non-finite-output")},
+}
+HONEST = "honest"
+
+
+def _evaluate(task_name: str, tricks: dict):
+    task = load_task(task_name)
+    specs = [CandidateSpec(HERE / name, {}, entry) for entry, (name, _) in tricks.items()]
+    honest = CandidateSpec(task.folder / f"torch_{task_name}.py", {}, HONEST)
+    return evaluate(task, [*specs, honest], "cpu")
+
+
+@pytest.mark.parametrize("task_name", TRICKS)
+def test_the_task_rejects_each_trick(task_name: str) -> None:
+    ev = _evaluate(task_name, TRICKS[task_name])
+    for entry, (_, code) in TRICKS[task_name].items():
+        verdict = ev.by_label(entry)
+        assert not verdict.accepted, entry
+        assert code in {r.code for r in verdict.reasons}, (entry, verdict.reasons)
+    assert ev.by_label(HONEST).accepted, ev.by_label(HONEST).reasons
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: no shape of gqa_decode (nor of the other attention tasks) has a cache length "
+    "off a multiple of 256 at or above it, so a kernel that drops the ragged last tile passes; "
+    "the dispatch then serves it at lengths between its buckets",
+)
+def test_a_dropped_ragged_tail_is_rejected() -> None:
+    tricks = {"13-ragged-tail-dropped": ("gqa_drops_ragged_tail.py", "mismatch")}
+    ev = _evaluate("gqa_decode", tricks)
+    assert not ev.by_label("13-ragged-tail-dropped").accepted
