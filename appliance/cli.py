@@ -3,6 +3,8 @@ each under `appliance.commands`); with no subcommand, `autotune` is `autotune ru
 
 from __future__ import annotations
 
+import traceback
+
 import click
 
 from appliance import __version__
@@ -14,10 +16,25 @@ from appliance.commands.loop import loop
 from appliance.commands.report import report
 from appliance.commands.run import run
 from appliance.commands.tasks import tasks
-from appliance.output import EXIT_CODES_HELP
+from appliance.output import EXIT_CODES_HELP, EXIT_INTERNAL
 
 
-@click.group(invoke_without_command=True, epilog=EXIT_CODES_HELP)
+class _Autotune(click.Group):
+    """An exception no command turned into a verdict or a usage error is the tool's own failure:
+    its traceback on stderr and exit 3, which scripts can tell from a rejection (1)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception:
+            traceback.print_exc()
+            click.echo("internal error: autotune failed (traceback above)", err=True)
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Autotune, invoke_without_command=True, epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="autotune")
 @click.pass_context
 def main(ctx: click.Context) -> None:

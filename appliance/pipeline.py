@@ -95,6 +95,9 @@ def _run_pipeline(cfg: PipelineConfig, quiet: bool) -> PipelineResult:
     device, note = resolve_device(cfg.device)
     if not quiet:
         console.print(note)
+    tasks, skipped = _tasks_with_candidates(tasks, device, every="all" in names)
+    if skipped and not quiet:
+        console.print(f"  skipped (no single-process candidate on {device}): {', '.join(skipped)}")
 
     tuned = None
     if cfg.apply:
@@ -424,6 +427,28 @@ def baseline_section(device: str, quiet: bool, quick: bool) -> dict:
     }
 
 
+def _tasks_with_candidates(tasks: list, device: str, every: bool) -> tuple[list, list[str]]:
+    """The tasks the loop can run here, and the names of those it cannot (a task whose
+    candidates run one process per GPU, or that ships none for `device`): skipped under `all`,
+    refused when named."""
+    runnable, skipped = [], []
+    for task in tasks:
+        if not getattr(task.module, "DISTRIBUTED", False) and task.candidate_paths(device):
+            runnable.append(task)
+        elif every:
+            skipped.append(task.name)
+        else:
+            raise UsageFailure(
+                f"task {task.name} has no single-process candidate on {device}"
+                + (
+                    " (it runs one process per GPU: scripts/bench_allreduce_gpu.sh)"
+                    if getattr(task.module, "DISTRIBUTED", False)
+                    else ""
+                )
+            )
+    return runnable, skipped
+
+
 def loop_section(
     task, device: str, trials: int, cfg: PipelineConfig, quiet: bool
 ) -> tuple[dict, dict | None, dict]:
@@ -446,6 +471,10 @@ def loop_section(
     )
     with loop_progress(quiet=quiet) as on_event:
         result = run_loop(cfg_loop, on_event)
+    if not quiet:
+        # a study already in --out is resumed: a spent trial budget runs no trial, and says so
+        resumed = f"resumed the study in {cfg.out_dir}; " if result.resumed else ""
+        console.print(f"  {resumed}stopped ({result.stop['code']}): {result.stop_reason}")
     from loop.guards import check_source
 
     language = check_source(candidate.read_text(), str(candidate)).language or "torch"

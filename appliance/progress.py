@@ -52,7 +52,8 @@ def loop_progress(quiet: bool = False, note: str = "") -> Iterator:
         elif kind == "trial-done":
             sp = data.get("speedup")
             text = f"{sp['ratio']:.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]" if sp else ""
-            why = ", ".join(data.get("reasons") or [])
+            # a trial without a reason code (an agent that did not start) shows its message
+            why = ", ".join(data.get("reasons") or data.get("messages", [])[:1])
             progress.console.print(f"  trial {data['number']}: {data['status']} {text} {why}")
             if bar["id"] is not None:
                 progress.advance(bar["id"])

@@ -32,6 +32,13 @@ class JournalOpenError(JournalError):
     """An earlier apply's journal is still open: restore it before applying again."""
 
 
+class JournalPathError(JournalError):
+    """The journal cannot be read or created where asked: bad input (exit 2), nothing was
+    changed."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     """One announced change: `snapshot` is the old value that restore puts back."""
@@ -162,7 +169,7 @@ def start_journal(path: Path, header: dict[str, Any]) -> None:
         raced = read_journal(path)
         raise JournalOpenError(open_message(raced) if raced else f"{path} appeared") from None
     except OSError as err:
-        raise JournalError(f"cannot create journal {path}: {err.strerror or err}") from err
+        raise JournalPathError(f"cannot create journal {path}: {err.strerror or err}") from err
     try:
         os.write(fd, (line + "\n").encode())
         os.fsync(fd)
@@ -182,8 +189,8 @@ def open_message(journal: Journal) -> str:
             "(it restores its changes on exit) before applying again"
         )
     return (
-        f"an earlier apply left its {journal.describe()} open: run `autotune host restore` "
-        "to undo it first"
+        f"an earlier apply left its {journal.describe()} open: run `autotune host restore "
+        f"--journal {journal.path}` to undo it first"
     )
 
 
@@ -211,7 +218,7 @@ def read_journal(path: Path) -> Journal | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise JournalError(f"cannot read journal {path}: {err.strerror or err}") from err
+        raise JournalPathError(f"cannot read journal {path}: {err.strerror or err}") from err
     if not records or records[0]["event"] != "open" or records[0].get("format") != FORMAT:
         raise JournalError(
             f"{path} is not an autotune host journal (no {FORMAT} open record); "

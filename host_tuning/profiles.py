@@ -124,7 +124,8 @@ def _messages(error: ValidationError) -> list[str]:
 def validate_profile(doc: Any, source: str = "profile") -> Profile:
     """A Profile from a parsed JSON document; ProfileError lists every bad field."""
     errors = sorted(_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    messages = [m for error in errors for m in _messages(error)]
+    # jsonschema gives a `required` error per missing field, each naming the whole list
+    messages = list(dict.fromkeys(m for error in errors for m in _messages(error)))
     if not messages:
         messages = _range_messages(doc)
     if messages:

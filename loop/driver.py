@@ -452,6 +452,7 @@ def run_loop(cfg: LoopConfig, on_event: Event = _quiet) -> LoopResult:
                     "status": outcome.status,
                     "speedup": outcome.speedup,
                     "reasons": outcome.reasons,
+                    "messages": outcome.messages,
                 },
             )
     finally:

@@ -158,8 +158,11 @@ def _checked(task: Task, spec: CandidateSpec) -> tuple[str | None, list[Reason],
     could have changed since."""
     try:
         source = spec.path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         return None, [reason("missing-file", f"{spec.path}: {exc.strerror or exc}")], None
+    except UnicodeDecodeError as exc:
+        why = f"{spec.path}: not UTF-8 text (byte {exc.start}: {exc.reason})"
+        return None, [reason("syntax-error", why)], None
     forbidden = tuple(getattr(task.module, "FORBIDDEN_OPS", ()))
     report = check_source(source, str(spec.path), forbidden)
     if report.reasons:

@@ -52,7 +52,7 @@ def describe(step: Path) -> str:
 def apply_step(step: Path, ws: Workspace) -> str | None:
     """Apply one step to the workspace; an error message when it cannot be applied."""
     if step.suffix == ".py":
-        ws.candidate.write_text(step.read_text())
+        ws.candidate.write_bytes(step.read_bytes())
         return None
     tries = ([], ["--directory", ws.task_name])
     last = ""

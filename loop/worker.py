@@ -358,6 +358,17 @@ def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -
                 if why is not None:
                     runner.drop(shape.name, why)
             cache.clear()
+        twin = ctx.task.ragged_twin(shape)
+        for runner in runners if twin is not None else ():
+            if runner.kind != "candidate" or not runner.ok or runner.dropped(shape.name):
+                continue
+            if (runner.label, shape.name) in excluded:
+                continue
+            chan.mark(runner.label, shape.name)
+            seed = _mix(ctx.secret, twin.seed, _verify_salt(0))
+            why = _verify(ctx, twin, runner, seed, None, twin=True)
+            if why is not None:
+                runner.drop(shape.name, why)
     if ctx.device == "cuda" and ctx.shapes:
         for runner in runners:
             if runner.kind == "candidate" and runner.ok:
@@ -529,9 +540,11 @@ def _call(runner: Runner, inputs: tuple):
     return runner.fn(*inputs, **runner.params)
 
 
-def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
+def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None, twin=False):
     """None when `runner` is right on `shape` with inputs from `seed`; else the reason. With a
-    `cache` (peers only) the inputs and the reference are drawn and computed once per seed."""
+    `cache` (peers only) the inputs and the reference are drawn and computed once per seed. A
+    shape's ragged `twin` may be refused with a ValueError (the decoder blocks run the eager op
+    where a kernel refuses its inputs), and its error is not the shape's."""
     torch, task, device = ctx.torch, ctx.task, ctx.device
     if cache is not None and "inputs" in cache:
         inputs = tuple(t.clone() for t in cache["inputs"])
@@ -547,6 +560,8 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
             torch.cuda.synchronize()
     except BaseException as exc:
         _state_left(ctx)
+        if twin and type(exc) is ValueError:
+            return None
         return _classify(exc, shape.name, ctx.reason)
     left = _state_left(ctx)
     if left and runner.kind == "candidate":
@@ -564,7 +579,7 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None):
     if why is None and runner.strided_inputs:
         why, worst_views = _verify_on_views(ctx, shape, runner, clones, refs, seed)
         worst = max(worst, worst_views or 0.0)
-    if why is None:
+    if why is None and not twin:
         entry = runner.shapes.setdefault(shape.name, {})
         entry["rel_err"] = max(worst, entry.get("rel_err") or 0.0)
     return why

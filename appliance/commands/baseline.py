@@ -18,6 +18,7 @@ from appliance.output import (
     UsageFailure,
     console,
     emit_json,
+    ensure_writable_dir,
 )
 
 
@@ -51,6 +52,8 @@ def baseline(
     from baselines.suite_processes import DEFAULT_PROCESSES, SuiteProcessError, pooled_suite
 
     dev, note = resolve_device(device)
+    if out_file is not None:  # before the suite, which takes minutes
+        ensure_writable_dir(out_file.parent, "--out")
     if not as_json:
         console.print(note)
     try:

@@ -175,6 +175,14 @@ def fleet_run(
 ) -> None:
     """Run the whole pipeline (`autotune run`) on every host; `fleet collect` fetches the reports."""
     from appliance.fleet.commands import RunOptions, new_run_id, run_host
+    from loop.tasks import TaskError, load_task
+
+    for name in tasks:  # the hosts run this checkout's tasks: a typo fails here, not on each
+        if name != "all":
+            try:
+                load_task(name)
+            except TaskError as exc:
+                raise UsageFailure(str(exc)) from exc
 
     run = RunOptions(
         run_id=_run_id(run_id) or new_run_id(),

@@ -127,7 +127,13 @@ def host_apply(
         )
     except USER_ERRORS as exc:
         console.print(f"[red]refused[/red]: {exc}")
+        if simulate and "host restore" in str(exc):
+            console.print(
+                f"(on the simulated device: add --simulate {simulate} --sim-dir {sim_dir})"
+            )
         raise SystemExit(getattr(exc, "exit_code", EXIT_REJECTED)) from exc
+    if result is not None:
+        changes = result.changes  # as they ended: applied, skipped or failed
     if as_json:
         emit_json(
             {
@@ -160,6 +166,8 @@ def host_restore(
     from host_tuning.journal import default_journal_path
 
     path = journal or default_journal_path()
+    if journal is not None and not journal.exists():
+        raise UsageFailure(f"--journal {journal}: no such file")
     try:
         backend, _ = _backend(simulate, sim_dir, writable=True, fresh_cpu=False)
         result = restore_journal(path, backend, force=force)

@@ -41,7 +41,7 @@ from appliance.output import (
     "--store",
     "store_url",
     default=None,
-    help="Store URL: sqlite:///path or postgresql://... [default: .autotune/experiments.sqlite3].",
+    help="Store URL: sqlite:///path or postgresql://... [default: experiments.sqlite3 under --out].",
 )
 @click.option(
     "--out",
@@ -182,11 +182,11 @@ def loop(
     a plateau. Killed at any point, it continues where it stopped (--resume)."""
     from appliance.devices import resolve_device
     from appliance.progress import loop_progress
-    from loop.agent import AgentError
+    from loop.agent import AgentError, agent_argv
     from loop.brief import read_ideas
     from loop.driver import LoopConfig, LoopError, run_loop
     from loop.evaluator import QUICK_RULE
-    from loop.scripted import ScriptError
+    from loop.scripted import ScriptError, read_steps
     from loop.stopping import StopRule
     from loop.store import StoreError, default_store_url
     from loop.workspace import WorkspaceError
@@ -195,6 +195,13 @@ def loop(
         raise UsageFailure("--proposer scripted needs --script FOLDER")
     if proposer == "agent" and not agent_command:
         raise UsageFailure("--proposer agent needs --agent-command")
+    try:  # before the noise calibration, which takes a while
+        if proposer == "scripted":
+            read_steps(script)
+        if proposer == "agent":
+            agent_argv(agent_command, Path("brief.md"), Path("."))
+    except (ScriptError, AgentError) as exc:
+        raise UsageFailure(str(exc)) from exc
 
     the_task, spec = candidate_args(task, candidate or _default_candidate(task, device), None)
     dev, note = resolve_device(device)

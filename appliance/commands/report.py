@@ -12,6 +12,7 @@ from appliance.commands.options import (
 from appliance.output import (
     EXIT_CODES_HELP,
     EXIT_REJECTED,
+    EXIT_USAGE,
     UsageFailure,
     console,
     emit_json,
@@ -28,10 +29,12 @@ def report() -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 @JSON
 def report_validate(file: Path, as_json: bool) -> None:
-    """Check FILE against the report JSON Schema; name every failing path."""
-    from appliance.report import validate_file
+    """Check FILE against the report JSON Schema; name every failing path. Exit 1 when it is
+    not a valid report, 2 when it cannot be read or is not JSON."""
+    from appliance.report.schema import read_json_file, validate_report
 
-    errors = [str(e) for e in validate_file(file)]
+    doc, unreadable = read_json_file(file)
+    errors = [str(e) for e in unreadable or validate_report(doc)]
     if as_json:
         emit_json({"file": str(file), "valid": not errors, "errors": errors})
     elif errors:
@@ -41,7 +44,7 @@ def report_validate(file: Path, as_json: bool) -> None:
     else:
         console.print(f"[green]valid[/green] {file}")
     if errors:
-        raise SystemExit(EXIT_REJECTED)
+        raise SystemExit(EXIT_USAGE if unreadable else EXIT_REJECTED)
 
 
 def _load(file: Path) -> dict:

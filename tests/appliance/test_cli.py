@@ -67,23 +67,73 @@ def test_task_given_as_a_folder_path() -> None:
         (("verify", "rmsnorm", "torch_rmsnorm.py", "--params", "[1]"), "must be a JSON object"),
         (("bench", "rmsnorm", "torch_rmsnorm.py", "--shape", "huge"), "unknown shape"),
         (("bench", "rmsnorm", "torch_rmsnorm.py", "--peer", "cudnn"), "unknown peer"),
-        (("report", "validate", "/nonexistent/report.json"), None),
+        (("report", "validate", "/nonexistent/report.json"), "cannot read"),
+        (("run", "--task", "allreduce", "--out", "/tmp"), "no single-process candidate"),
+        # checked before the work they would otherwise end
+        (("baseline", "--quick", "--out", "/proc/baseline.json"), "--out /proc"),
+        (("loop", "rmsnorm", "--proposer", "scripted", "--script", "/nonexistent"), "not a folder"),
+        (
+            ("loop", "rmsnorm", "--proposer", "agent", "--agent-command", 'agent "{brief}'),
+            "cannot be split",
+        ),
     ],
 )
 def test_bad_input_is_a_one_line_error_not_a_traceback(args, message) -> None:
     result = autotune(*args)
     assert "Traceback" not in result.stderr
-    if message is None:
-        assert result.returncode == 1 and "report.json" in result.stderr
-    else:
-        assert result.returncode == 2
-        assert message in result.stderr
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_fleet_run_checks_the_task_names_before_any_host(tmp_path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[[hosts]]\nhost = "nonexistent.invalid"\n')
+    result = autotune("fleet", "run", "--hosts", str(hosts), "--task", "no-such-task")
+    assert result.returncode == 2 and "unknown task 'no-such-task'" in result.stderr
+
+
+def test_malformed_report_json_is_bad_input_and_an_invalid_one_is_rejected(tmp_path) -> None:
+    (tmp_path / "cut.json").write_text('{"schema_version": ')
+    (tmp_path / "wrong.json").write_text('{"schema_version": "nope"}')
+    cut = autotune("report", "validate", str(tmp_path / "cut.json"), "--json")
+    wrong = autotune("report", "validate", str(tmp_path / "wrong.json"), "--json")
+    assert cut.returncode == 2 and "is not JSON" in json.loads(cut.stdout)["errors"][0]
+    assert wrong.returncode == 1 and not json.loads(wrong.stdout)["valid"]
+
+
+def test_an_unexpected_failure_is_exit_3_with_its_traceback() -> None:
+    """An exception no command turns into a verdict is the tool's own failure (exit 3), told
+    apart from a rejection (exit 1); here the task listing meets a bug."""
+    bug = (
+        "import loop.tasks\n"
+        "def broken():\n"
+        "    raise RuntimeError('a bug in the tool')\n"
+        "loop.tasks.available_tasks = broken\n"
+        "from appliance.cli import main\n"
+        "main(['tasks'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", bug], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" in result.stderr and "internal error" in result.stderr
 
 
 def test_candidate_with_syntax_error_is_rejected_with_its_code() -> None:
     result = autotune("verify", "rmsnorm", str(CANDIDATES / "syntax_error.py"), "--json")
     assert result.returncode == 1
     assert [r["code"] for r in json.loads(result.stdout)["reasons"]] == ["syntax-error"]
+
+
+def test_a_candidate_that_is_not_utf8_is_rejected_with_its_code(tmp_path) -> None:
+    latin1 = tmp_path / "latin1.py"
+    latin1.write_bytes(
+        b'"""caf\xe9"""\nLANGUAGE = "torch"\n\n\ndef kernel(x, weight):\n    return x\n'
+    )
+    result = autotune("verify", "rmsnorm", str(latin1), "--json")
+    assert result.returncode == 1, result.stderr
+    reasons = json.loads(result.stdout)["reasons"]
+    assert reasons[0]["code"] == "syntax-error" and "not UTF-8" in reasons[0]["message"]
 
 
 def test_unknown_params_are_rejected_naming_the_parameter() -> None:

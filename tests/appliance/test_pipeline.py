@@ -64,10 +64,27 @@ def test_run_writes_a_valid_report_and_a_second_run_resumes_the_store(tmp_path: 
     first = autotune(*cmd)
     assert first.returncode == 0, first.stderr[-3000:]
     check_dry_run_report(out, json.loads(first.stdout))
-    second = autotune(*cmd)
+    second = autotune(*cmd[:-1])  # as people read it: says that the study resumed, spent
     assert second.returncode == 0, second.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["loop"]["resumed"] is True
+    said = " ".join(second.stderr.split())
+    assert "resumed the study in" in said and "stopped (trials)" in said
+
+
+def test_every_task_skips_those_without_a_single_process_candidate() -> None:
+    """`--task all` runs the tasks the loop can run on this device and names the others;
+    naming one of those is bad input."""
+    from appliance.output import UsageFailure
+    from appliance.pipeline import _tasks_with_candidates
+    from loop.tasks import available_tasks, load_task
+
+    tasks = [load_task(name) for name in available_tasks()]
+    runnable, skipped = _tasks_with_candidates(tasks, "cpu", every=True)
+    assert skipped == ["allreduce"]
+    assert [t.name for t in runnable] == [n for n in available_tasks() if n != "allreduce"]
+    with pytest.raises(UsageFailure, match="one process per GPU"):
+        _tasks_with_candidates([load_task("allreduce")], "cpu", every=False)
 
 
 def device_state(device) -> dict:

@@ -68,7 +68,7 @@ def test_an_open_journal_blocks_a_new_one_and_a_closed_one_is_kept_as_prev(
 ) -> None:
     path = started(tmp_path)
     append_record(path, change(1))
-    with pytest.raises(JournalOpenError, match="run `autotune host restore`"):
+    with pytest.raises(JournalOpenError, match="run `autotune host restore --journal "):
         start_journal(path, {"profile": "stable", **process_identity()})
     close_journal(path, "restored")
     start_journal(path, {"profile": "stable", **process_identity()})

@@ -183,6 +183,11 @@ def test_missing_sections_and_unreadable_files_are_named(tmp_path: Path) -> None
     del doc["cpu"]
     with pytest.raises(ProfileError, match=r"profile\.cpu: missing \(required\)"):
         validate_profile(doc, "inline")
+    del doc["gpu"]
+    with pytest.raises(ProfileError) as err:
+        validate_profile(doc, "inline")
+    said = str(err.value)  # each missing field named once
+    assert said.count("profile.cpu: missing") == 1 and said.count("profile.gpu: missing") == 1
     (tmp_path / "broken.json").write_text("{")
     with pytest.raises(ProfileError, match="is not JSON"):
         load_profile(tmp_path / "broken.json")

@@ -92,7 +92,9 @@ def write_script(folder: Path) -> dict[str, str]:
     }
     for name, (text, _) in steps.items():
         (folder / name).write_text(text)
-    return {name: status for name, (_, status) in steps.items()}
+    # a file that is not UTF-8 costs only its own trial
+    (folder / "07_latin1.py").write_bytes(rows(8, "eight rows, caf\xe9").encode("latin-1"))
+    return {name: status for name, (_, status) in steps.items()} | {"07_latin1.py": "crash"}
 
 
 def test_scripted_run_keeps_exactly_the_honest_improvements(tmp_path: Path) -> None:
@@ -122,6 +124,7 @@ def test_scripted_run_keeps_exactly_the_honest_improvements(tmp_path: Path) -> N
     assert done["02_edit_task.patch"]["reasons"] == ["workspace-modified"]
     assert "reverify-mismatch" in done["04_cache.py"]["reasons"]
     assert done["06_library.py"]["reasons"]
+    assert done["07_latin1.py"]["reasons"] == ["syntax-error"]
     for name in ("01_chunks.py", "03_more_rows.py"):
         assert done[name]["speedup"]["ci_low"] > 1.0 + cfg.min_effect
         assert done[name]["commit"]

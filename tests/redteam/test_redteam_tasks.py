@@ -2,9 +2,7 @@
 generic checks cannot see, because only a task's own FORBIDDEN_OPS, inputs and tolerance decide
 them. Each candidate goes through the public evaluator on the CPU beside the task's honest torch
 candidate, and must be rejected with the reason code that names the trick; the honest one must
-pass the same batch.
-
-A trick the evaluator does not yet catch is a strict xfail whose reason starts with "HOLE:"."""
+pass the same batch."""
 
 from __future__ import annotations
 
@@ -54,6 +52,9 @@ TRICKS = {
         "10-no-eps": ("rmsnorm_linear_swiglu_without_eps.py", "non-finite-output")
     },
     "mla_rope_norm": {"10-no-eps": ("mla_rope_norm_without_eps.py", "non-finite-output")},
+    # verified at a ragged twin of each shape (RAGGED_TAIL): no shape's cache length was off a
+    # multiple of 256 at or above it, and the table serves lengths between its buckets
+    "gqa_decode": {"13-ragged-tail-dropped": ("gqa_drops_ragged_tail.py", "mismatch")},
 }
 HONEST = "honest"
 
@@ -73,15 +74,3 @@ def test_the_task_rejects_each_trick(task_name: str) -> None:
         assert not verdict.accepted, entry
         assert code in {r.code for r in verdict.reasons}, (entry, verdict.reasons)
     assert ev.by_label(HONEST).accepted, ev.by_label(HONEST).reasons
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: no shape of gqa_decode (nor of the other attention tasks) has a cache length "
-    "off a multiple of 256 at or above it, so a kernel that drops the ragged last tile passes; "
-    "the dispatch then serves it at lengths between its buckets",
-)
-def test_a_dropped_ragged_tail_is_rejected() -> None:
-    tricks = {"13-ragged-tail-dropped": ("gqa_drops_ragged_tail.py", "mismatch")}
-    ev = _evaluate("gqa_decode", tricks)
-    assert not ev.by_label("13-ragged-tail-dropped").accepted

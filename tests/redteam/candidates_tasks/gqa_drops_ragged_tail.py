@@ -1,6 +1,7 @@
 """Entry 13: attends over only the first kv_len // 256 * 256 tokens from 256 on (a split-KV kernel
 that forgets the ragged last tile: the newest tokens, the current one included). Exact at every
-shape whose cache length is below 256 or a multiple of it: all the task's CPU and GPU shapes."""
+shape whose cache length is below 256 or a multiple of it: all the task's CPU and GPU shapes, so
+it passed until candidates were also verified at each shape's ragged twin."""
 
 import math
 
