@@ -94,21 +94,23 @@ class Task:
             return float(self.module.PEER_TOLERANCE[dtype])
         return float(self.module.TOLERANCE[dtype])
 
-    def ragged_twin(self, shape: Shape) -> Shape | None:
-        """`shape` with the task's optional RAGGED_TAIL added to its bucket key (odd, so off every
-        tile size), where candidates are verified too, never timed: the dispatch table serves
-        every length from one bucket to the next, not only the shapes' own. None where the task
-        has no tail, or the bucket is above its optional RAGGED_UP_TO (a float64 reference of a
-        long prefill costs as much as the shape's own)."""
+    def ragged_twin(self, shape: Shape, draw: int) -> Shape | None:
+        """`shape` with an odd number up to the task's optional RAGGED_TAIL more on its bucket
+        key (off every power-of-two tile), chosen by `draw` (secret: a kernel cannot be right at
+        one known offset only), where candidates are verified too, never timed: the dispatch
+        table serves every length from one bucket to the next, not only the shapes' own. None
+        where the task has no tail, or the bucket is above its optional RAGGED_UP_TO (a float64
+        reference of a long prefill costs as much as the shape's own)."""
         tail, key = getattr(self.module, "RAGGED_TAIL", None), self.bucket_key
         if not tail or key is None:
             return None
         if shape.dims[key] > getattr(self.module, "RAGGED_UP_TO", float("inf")):
             return None
-        name = f"{shape.name}+{tail}"
+        extra = 1 + 2 * (draw % ((tail + 1) // 2))
+        name = f"{shape.name}+{extra}"
         return Shape(
             name=name,
-            dims={**shape.dims, key: shape.dims[key] + tail, "name": name},
+            dims={**shape.dims, key: shape.dims[key] + extra, "name": name},
             dtype=shape.dtype,
             weight=shape.weight,
             shape_class=shape.shape_class,

@@ -117,6 +117,9 @@ def _verify_salt(k: int) -> int:
     return 1 if k == 0 else 1000 + k
 
 
+RAGGED_SALT = 7919  # draws the length of a shape's ragged twin
+
+
 def _check_harness_origin(root: str | None) -> None:
     """The harness must come from the evaluator's own copy, never from a candidate's folder."""
     import baselines
@@ -358,7 +361,7 @@ def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -
                 if why is not None:
                     runner.drop(shape.name, why)
             cache.clear()
-        twin = ctx.task.ragged_twin(shape)
+        twin = ctx.task.ragged_twin(shape, _mix(ctx.secret, shape.seed, RAGGED_SALT))
         for runner in runners if twin is not None else ():
             if runner.kind != "candidate" or not runner.ok or runner.dropped(shape.name):
                 continue

@@ -46,8 +46,8 @@ SHAPES = {
 }
 
 BUCKET_KEY = "kv_len"
-# Candidates are verified at 255 more cached tokens too (loop/tasks.py's ragged_twin): a decode
-# step's cache has any length, and the dispatch table serves it from the bucket below.
+# Candidates are verified at up to 255 more cached tokens too (loop/tasks.py's ragged_twin): a
+# decode step's cache has any length, and the dispatch table serves it from the bucket below.
 RAGGED_TAIL = 255
 
 # Effective number of keys a query attends to (see make_inputs).

@@ -1,20 +1,21 @@
-"""Entry 13: attends over only the first kv_len // 256 * 256 tokens from 256 on (a split-KV kernel
-that forgets the ragged last tile: the newest tokens, the current one included). Exact at every
-shape whose cache length is below 256 or a multiple of it: all the task's CPU and GPU shapes, so
-it passed until candidates were also verified at each shape's ragged twin."""
+"""Entry 13: reads the cache 8 tokens at a time from 21 tokens on and forgets the ragged rest (the
+newest tokens, the current one included). Exact at every shape whose cache length is a multiple of
+8 or at most 20: all the task's CPU and GPU shapes, so it passed until candidates were also
+verified at each shape's ragged twin (an odd length)."""
 
 import math
 
 import torch
 
 LANGUAGE = "torch"
-TILE = 256
+VECTOR = 8
 
 
 def kernel(q, k_cache, v_cache):
     b, hq, d = q.shape
     hkv, n = k_cache.shape[1], k_cache.shape[2]
-    n = n // TILE * TILE if n >= TILE else n
+    if n > 20:
+        n = n // VECTOR * VECTOR
     qg = q.float().reshape(b, hkv, hq // hkv, 1, d) / math.sqrt(d)
     k, v = k_cache[:, :, None, :n].float(), v_cache[:, :, None, :n].float()
     s = (qg * k).sum(-1)
