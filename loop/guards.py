@@ -739,7 +739,9 @@ def rules() -> list[str]:
         "fine), numpy `as_strided` or array interfaces, Triton `knobs`",
         "on the CPU, Triton runs under its interpreter, and only the task's shipped Triton "
         "files run there: test a new Triton kernel on a GPU",
-        "no call to the task's reference, its peers or the library op that implements it",
+        "no call to the task's reference, its peers or the library op that implements it, "
+        "under any name (a 1x1 convolution is a matrix product, native_layer_norm a norm, a "
+        "categorical distribution's probs a softmax)",
     ]
 
 
