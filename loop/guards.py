@@ -537,11 +537,31 @@ LIBRARY_GEMM_OPS = (
     "conv1d",
     "conv2d",
     "conv3d",
+    "lazy_conv",
     "conv_transpose",
     "conv_tbc",
     "convolution",
+    "conv_relu",
+    "convbn1d",
+    "convbn2d",
+    "convbn3d",
+    "convbnrelu",
     "cdist",
+    # so are the layers built on them
+    "multi_head_attention",
+    "transformer",
+    "rnn",
+    "gru",
+    "lstm",
+    "rnn_relu_cell",
+    "rnn_tanh_cell",
+    "rnn_cell",
+    "gru_cell",
+    "lstm_cell",
 )
+# Dot products are library products too, from torch, numpy or CuPy (torch.vmap of torch.dot is a
+# matrix product); Triton's and Gluon's tl.dot is the kernel's own.
+LIBRARY_DOTS = ("dot", "vdot", "vecdot")
 LIBRARY_NORM_OPS = (
     "rms_norm",
     "layer_norm",
@@ -550,12 +570,17 @@ LIBRARY_NORM_OPS = (
     "instance_norm",
     "local_response_norm",
     "normalize",
+    "renorm",
+    "norm_except_dim",
+    "weight_norm",
 )
 LIBRARY_SOFTMAX_OPS = (
     "softmax",
     "log_softmax",
     "softmin",
     "logsumexp",
+    "logcumsumexp",
+    "logaddexp",
     # a categorical distribution's probs are the softmax of its logits
     "distributions",
     "categorical",
@@ -571,6 +596,7 @@ LIBRARY_ATTENTION_OPS = (
     "multi_head_attention",
     "causal_lower_right",
     "flash_mla",
+    "transformer",
 )
 LIBRARY_OPS = {
     LIBRARY_GEMM: LIBRARY_GEMM_OPS,
@@ -795,6 +821,7 @@ def declares_strided_inputs(module) -> bool:
 def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()) -> StaticReport:
     """All static reasons to reject `source`; an empty list means it may be loaded.
     `forbidden_ops` may name families of LIBRARY_OPS."""
+    dots = LIBRARY_GEMM in forbidden_ops
     forbidden_ops = expand_forbidden_ops(forbidden_ops)
     try:
         tree = parse(source, filename)
@@ -840,7 +867,9 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     reasons.append(
                         reason("forbidden-call", f"line {node.lineno}: cupy raw CUDA bindings")
                     )
-                elif _names_op(alias.name, ops):
+                elif _names_op(alias.name, ops) or (
+                    dots and alias.name in LIBRARY_DOTS and top != "triton"
+                ):
                     reasons.append(
                         reason("calls-reference", f"line {node.lineno}: imports {alias.name}")
                     )
@@ -929,9 +958,10 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                         " does not define)",
                     )
                 )
-            elif _names_op(node.attr, ops, _module_attribute(node, module_names)) and not (
-                node.attr in bound and own_roots.holds(node.value)
-            ):
+            elif (
+                _names_op(node.attr, ops, _module_attribute(node, module_names))
+                or (dots and node.attr in LIBRARY_DOTS and aliases.get(root or "") != "triton")
+            ) and not (node.attr in bound and own_roots.holds(node.value)):
                 reasons.append(
                     reason(
                         "calls-reference",

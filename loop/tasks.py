@@ -95,18 +95,18 @@ class Task:
         return float(self.module.TOLERANCE[dtype])
 
     def ragged_twin(self, shape: Shape, draw: int) -> Shape | None:
-        """`shape` with an odd number up to the task's optional RAGGED_TAIL more on its bucket
-        key (off every power-of-two tile), chosen by `draw` (secret: a kernel cannot be right at
-        one known offset only), where candidates are verified too, never timed: the dispatch
-        table serves every length from one bucket to the next, not only the shapes' own. None
-        where the task has no tail, or the bucket is above its optional RAGGED_UP_TO (a float64
-        reference of a long prefill costs as much as the shape's own)."""
+        """`shape` with 1 to the task's optional RAGGED_TAIL more on its bucket key (at most the
+        key itself: the twin costs at most twice the shape), chosen by `draw` (secret: a kernel
+        cannot be right at known lengths only), where candidates are verified too, never timed:
+        the dispatch table serves every length from one bucket to the next, not only the shapes'
+        own. None where the task has no tail, or the bucket is above its optional RAGGED_UP_TO
+        (a float64 reference of a long prefill costs as much as the shape's own)."""
         tail, key = getattr(self.module, "RAGGED_TAIL", None), self.bucket_key
         if not tail or key is None:
             return None
         if shape.dims[key] > getattr(self.module, "RAGGED_UP_TO", float("inf")):
             return None
-        extra = 1 + 2 * (draw % ((tail + 1) // 2))
+        extra = 1 + draw % max(1, min(tail, shape.dims[key]))
         name = f"{shape.name}+{extra}"
         return Shape(
             name=name,

@@ -53,9 +53,10 @@ SHAPES = {
 }
 
 BUCKET_KEY = "kv_len"
-# Candidates are verified at up to 255 more cached tokens too (loop/tasks.py's ragged_twin): a
-# decode step's cache has any length, and the dispatch table serves it from the bucket below.
-RAGGED_TAIL = 255
+# Candidates are verified at a secret 1 to 8191 more cached tokens too (loop/tasks.py's
+# ragged_twin): a decode step's cache has any length, the dispatch table serves it from the
+# bucket below, and a split of up to 8k tokens then ends in a partial tile.
+RAGGED_TAIL = 8191
 
 # Effective number of keys a query attends to (gqa_decode's).
 _FOCUS = 8

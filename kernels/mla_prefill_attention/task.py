@@ -54,9 +54,10 @@ SHAPES = {
 }
 
 BUCKET_KEY = "kv_len"
-# Candidates are verified at up to 255 more cached tokens too (loop/tasks.py's ragged_twin), up
-# to 8k: a chunk's cache has any length, and the dispatch table serves it from the bucket below.
-RAGGED_TAIL = 255
+# Candidates are verified at a secret 1 to 8191 more cached tokens too (loop/tasks.py's
+# ragged_twin), up to 8k: a chunk's cache has any length, and the dispatch table serves it from
+# the bucket below.
+RAGGED_TAIL = 8191
 RAGGED_UP_TO = 8192
 
 _FOCUS = 8

@@ -446,6 +446,14 @@ def test_library_gemm_forbids_every_library_matrix_product(body: str) -> None:
         ("y = attn(x, x, x)", "from torch.nn.attention.varlen import varlen_attn as attn\n",
          "library-attention"),
         ("y = torch.nn.functional.multi_head_attention_forward(x)", "", "library-attention"),
+        ("y = torch.nn.TransformerDecoderLayer(8, 2)", "", "library-attention"),
+        ("y = torch.nn.LazyConv1d(8, 1)", "", "library-gemm"),
+        ("y = torch.nn.GRUCell(8, 8)", "", "library-gemm"),
+        ("y = torch.vmap(torch.dot)", "", "library-gemm"),
+        ("y = np.dot(x, x)", "import numpy as np\n", "library-gemm"),
+        ("y = dot(x, x)", "from numpy import dot\n", "library-gemm"),
+        ("y = x.renorm(2, 0, 1.0)", "", "library-norm"),
+        ("y = torch.logcumsumexp(x, -1)", "", "library-softmax"),
     ],
 )  # fmt: skip
 def test_library_families_forbid_the_op_under_any_name(body, imports, family) -> None:
@@ -476,6 +484,14 @@ def test_short_ops_match_only_themselves() -> None:
     source = kernel_source(
         "y = gl.DistributedLinearLayout", "from triton.experimental import gluon as gl\n"
     )
+    assert "calls-reference" not in codes(source, ("library-gemm",))
+
+
+def test_tritons_dot_is_the_kernels_own() -> None:
+    """A dot product from torch, numpy or CuPy is a library product; Triton's is the kernel."""
+    source = kernel_source("y = tl.dot(x, x)", "import triton.language as tl\n")
+    assert "calls-reference" not in codes(source, ("library-gemm",))
+    source = kernel_source("y = dot(x, x)", "from triton.language import dot\n")
     assert "calls-reference" not in codes(source, ("library-gemm",))
 
 

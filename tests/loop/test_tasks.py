@@ -5,12 +5,14 @@ from __future__ import annotations
 from loop.tasks import load_task
 
 
-def test_the_ragged_twin_adds_an_odd_drawn_length_to_the_bucket_key() -> None:
+def test_the_ragged_twin_adds_a_drawn_length_to_the_bucket_key() -> None:
     task = load_task("gqa_decode")
     shape = next(s for s in task.shapes("cuda") if s.name == "b1-kv4096")
-    twins = [task.ragged_twin(shape, draw) for draw in range(300)]
+    twins = [task.ragged_twin(shape, draw) for draw in range(5000)]
     extras = {t.dims["kv_len"] - 4096 for t in twins}
-    assert extras == set(range(1, 256, 2))  # every odd length up to RAGGED_TAIL, by the draw
+    assert extras == set(range(1, 4097))  # every length up to the shape's own, by the draw
+    long = next(s for s in task.shapes("cuda") if s.name == "b1-kv131072")
+    assert max(task.ragged_twin(long, d).dims["kv_len"] for d in range(9000)) == 131072 + 8191
     twin = twins[7]
     assert twin.name == f"b1-kv4096+{twin.dims['kv_len'] - 4096}" == twin.dims["name"]
     assert {k: v for k, v in twin.dims.items() if k not in ("kv_len", "name")} == {

@@ -22,7 +22,13 @@ TRICKS = {
         "12-gemm-as-bilinear": ("linres_via_bilinear.py", "calls-reference"),
     },
     "head_gemv": {"12-gemv-as-grouped-conv1d": ("headgemv_via_conv1d.py", "calls-reference")},
-    "skinny_gemm": {"12-gemm-as-grouped-mm": ("skinny_via_grouped_mm.py", "calls-reference")},
+    "skinny_gemm": {
+        "12-gemm-as-grouped-mm": ("skinny_via_grouped_mm.py", "calls-reference"),
+        "12-gemm-as-lazy-conv1d": ("skinny_via_lazyconv1d.py", "calls-reference"),
+        "12-gemm-as-numpy-dot": ("skinny_via_numpy_dot.py", "calls-reference"),
+        "12-gemm-as-vmapped-dot": ("skinny_via_vmap_dot.py", "calls-reference"),
+    },
+    "rmsnorm": {"12-norm-as-renorm": ("rmsnorm_via_renorm.py", "calls-reference")},
     "fp8_gemm": {"12-gemm-as-addbmm": ("fp8_via_addbmm.py", "calls-reference")},
     "add_rmsnorm": {
         "12-norm-as-native-layer-norm": (
@@ -33,12 +39,14 @@ TRICKS = {
     "softmax": {
         "12-softmax-as-categorical": ("softmax_via_categorical.py", "calls-reference"),
         "12-softmax-as-softmax2d": ("softmax_via_softmax2d.py", "calls-reference"),
+        "12-logsumexp-as-logcumsumexp": ("softmax_via_logcumsumexp.py", "calls-reference"),
         "10-no-max-subtracted": ("softmax_without_max.py", "non-finite-output"),
         "11-tail-zeroed": ("softmax_drops_tail.py", "mismatch"),
     },
     "cross_entropy": {
         "12-loss-as-crossentropyloss": ("ce_via_crossentropyloss.py", "calls-reference"),
         "12-loss-as-categorical": ("ce_via_categorical.py", "calls-reference"),
+        "12-logsumexp-as-logcumsumexp": ("ce_via_logcumsumexp.py", "calls-reference"),
         "10-no-max-subtracted": ("ce_without_max.py", "non-finite-output"),
     },
     "prefill_attention": {
@@ -52,9 +60,11 @@ TRICKS = {
         "10-no-eps": ("rmsnorm_linear_swiglu_without_eps.py", "non-finite-output")
     },
     "mla_rope_norm": {"10-no-eps": ("mla_rope_norm_without_eps.py", "non-finite-output")},
-    # verified at a ragged twin of each shape (RAGGED_TAIL): no shape's cache length was off a
-    # multiple of 256 at or above it, and the table serves lengths between its buckets
-    "gqa_decode": {"13-ragged-tail-dropped": ("gqa_drops_ragged_tail.py", "mismatch")},
+    # verified at a ragged twin of each shape (RAGGED_TAIL): the table serves every length from
+    # one bucket to the next, and no shape's cache length was off a multiple of 256 from 256 on
+    "gqa_decode": {
+        "13-wrong-off-measured-lengths": ("gqa_wrong_off_measured_lengths.py", "mismatch")
+    },
 }
 HONEST = "honest"
 

@@ -201,12 +201,20 @@ def test_down_and_failing_hosts_are_reported_while_others_finish(
     assert flagged["down"] and flagged["c"] and not any("unreachable" in f for f in flagged["a"])
 
 
+def test_an_unknown_task_is_refused_before_any_host(fleet_files):
+    code, _, text = fleet("run", *common(fleet_files, "a", "b"), "--task", "no-such-task")
+    assert code == 2 and "unknown task 'no-such-task'" in text
+
+
+@pytest.mark.skipif(
+    shutil.which("nvidia-smi") is not None, reason="the loopback hosts have a GPU here"
+)
 def test_failed_remote_command_reports_its_reason(provisioned, fleet_files):
     code, data, _ = fleet(
         "run",
         *common(fleet_files, "a", "b"),
-        "--task",
-        "no-such-task",
+        "--device",
+        "cuda",
         "--store",
         "postgresql+psycopg://autotune@127.0.0.1:1/study",
     )
@@ -215,7 +223,7 @@ def test_failed_remote_command_reports_its_reason(provisioned, fleet_files):
     for result in data["hosts"]:
         assert result["status"] == "failed"
         assert result["exit_code"] == 2
-        assert "unknown task 'no-such-task'" in result["reason"]
+        assert "no CUDA GPU is visible" in result["reason"]
 
 
 def test_command_past_its_limit_is_killed_and_reported(provisioned, fleet_files):
