@@ -118,6 +118,8 @@ def _verify_salt(k: int) -> int:
 
 
 RAGGED_SALT = 7919  # draws the length of a shape's ragged twin
+RAGGED_DRAWS = 6  # twins drawn while the candidate refuses them
+REFUSED = object()  # what _verify gives for a twin the candidate refused (a ValueError)
 
 
 def _check_harness_origin(root: str | None) -> None:
@@ -361,15 +363,12 @@ def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -
                 if why is not None:
                     runner.drop(shape.name, why)
             cache.clear()
-        twin = ctx.task.ragged_twin(shape, _mix(ctx.secret, shape.seed, RAGGED_SALT))
-        for runner in runners if twin is not None else ():
+        for runner in runners:
             if runner.kind != "candidate" or not runner.ok or runner.dropped(shape.name):
                 continue
             if (runner.label, shape.name) in excluded:
                 continue
-            chan.mark(runner.label, shape.name)
-            seed = _mix(ctx.secret, twin.seed, _verify_salt(0))
-            why = _verify(ctx, twin, runner, seed, None, twin=True)
+            why = _verify_ragged_twins(ctx, shape, runner, chan)
             if why is not None:
                 runner.drop(shape.name, why)
     if ctx.device == "cuda" and ctx.shapes:
@@ -379,6 +378,22 @@ def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -
                 _capture_check(ctx, runner, ctx.shapes[0])
     _tamper_check(ctx, runners)
     return _wire(runners)
+
+
+def _verify_ragged_twins(ctx: Context, shape, runner: Runner, chan: Channel):
+    """None when `runner` is right at a ragged twin of `shape` (the task's, if it has them) or
+    refuses RAGGED_DRAWS of them; else the reason. A refused twin draws another length, so that
+    refusing one class of lengths (the odd ones, say) does not hide a wrong answer at another."""
+    for draw in range(RAGGED_DRAWS):
+        twin = ctx.task.ragged_twin(shape, _mix(ctx.secret, shape.seed, RAGGED_SALT + draw))
+        if twin is None:
+            return None
+        chan.mark(runner.label, shape.name)
+        seed = _mix(ctx.secret, twin.seed, _verify_salt(0))
+        why = _verify(ctx, twin, runner, seed, None, twin=True)
+        if why is not REFUSED:
+            return why
+    return None
 
 
 def _capture_check(ctx: Context, runner: Runner, shape) -> None:
@@ -546,8 +561,8 @@ def _call(runner: Runner, inputs: tuple):
 def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None, twin=False):
     """None when `runner` is right on `shape` with inputs from `seed`; else the reason. With a
     `cache` (peers only) the inputs and the reference are drawn and computed once per seed. A
-    shape's ragged `twin` may be refused with a ValueError (the decoder blocks run the eager op
-    where a kernel refuses its inputs), and its error is not the shape's."""
+    shape's ragged `twin` may be refused with a ValueError (REFUSED: the decoder blocks run the
+    eager op where a kernel refuses its inputs), and its error is not the shape's."""
     torch, task, device = ctx.torch, ctx.task, ctx.device
     if cache is not None and "inputs" in cache:
         inputs = tuple(t.clone() for t in cache["inputs"])
@@ -564,7 +579,7 @@ def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None, 
     except BaseException as exc:
         _state_left(ctx)
         if twin and type(exc) is ValueError:
-            return None
+            return REFUSED
         return _classify(exc, shape.name, ctx.reason)
     left = _state_left(ctx)
     if left and runner.kind == "candidate":

@@ -63,7 +63,8 @@ TRICKS = {
     # verified at a ragged twin of each shape (RAGGED_TAIL): the table serves every length from
     # one bucket to the next, and no shape's cache length was off a multiple of 256 from 256 on
     "gqa_decode": {
-        "13-wrong-off-measured-lengths": ("gqa_wrong_off_measured_lengths.py", "mismatch")
+        "13-wrong-off-measured-lengths": ("gqa_wrong_off_measured_lengths.py", "mismatch"),
+        "13-refuses-odd-wrong-at-even": ("gqa_refuses_odd_lengths.py", "mismatch"),
     },
 }
 HONEST = "honest"
@@ -84,3 +85,11 @@ def test_the_task_rejects_each_trick(task_name: str) -> None:
         assert not verdict.accepted, entry
         assert code in {r.code for r in verdict.reasons}, (entry, verdict.reasons)
     assert ev.by_label(HONEST).accepted, ev.by_label(HONEST).reasons
+
+
+def test_a_kernel_may_refuse_ragged_lengths_it_cannot_run() -> None:
+    """Refusing a ragged twin with a ValueError is no rejection: the blocks run the eager op."""
+    task = load_task("gqa_decode")
+    spec = CandidateSpec(HERE / "gqa_refuses_ragged_lengths.py", {}, "refuser")
+    verdict = evaluate(task, [spec], "cpu").by_label("refuser")
+    assert verdict.accepted, verdict.reasons
