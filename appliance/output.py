@@ -1,5 +1,5 @@
-"""How commands speak: JSON on stdout with --json, rich tables otherwise, errors on stderr with
-documented exit codes."""
+"""How commands speak: results on stdout (JSON with --json, rich tables otherwise), progress,
+warnings and errors on stderr, with documented exit codes."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ EXIT_CODES_HELP = (
     "2 bad input (unknown task, missing file, malformed JSON, unwritable path); 3 internal error."
 )
 
-console = Console(stderr=True)
-out_console = Console()
+console = Console(stderr=True)  # progress, warnings, errors
+out_console = Console()  # results
 
 
 class UsageFailure(click.ClickException):

@@ -19,6 +19,7 @@ from appliance.output import (
     console,
     emit_json,
     ensure_writable_dir,
+    out_console,
 )
 
 
@@ -67,7 +68,7 @@ def baseline(
         console.print(f"error: {exc}")
         ctx.exit(EXIT_REJECTED)
     if _saved_and_emitted(result.to_dict(), out_file, as_json):
-        console.print(render_result(result))
+        out_console.print(render_result(result))
 
 
 @baseline.command("p2p", epilog=EXIT_CODES_HELP)
@@ -86,7 +87,7 @@ def baseline_p2p(out_file: Path | None, quick: bool, as_json: bool) -> None:
     if _saved_and_emitted(data, out_file, as_json):
         for note in data.get("notes", []):
             console.print(note)
-        console.print_json(data=data)
+        out_console.print_json(data=data)
 
 
 @baseline.command("compare", epilog=EXIT_CODES_HELP)
@@ -108,8 +109,8 @@ def baseline_compare(a: str, b: str, as_json: bool) -> None:
     if as_json:
         emit_json(cmp.to_dict())
     else:
-        console.print(render_comparison(cmp))
-        console.print(cmp.summary)
+        out_console.print(render_comparison(cmp))
+        out_console.print(cmp.summary)
 
 
 def _saved_and_emitted(data: dict, out_file: Path | None, as_json: bool) -> bool:

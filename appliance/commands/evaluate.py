@@ -17,9 +17,9 @@ from appliance.commands.options import (
 )
 from appliance.output import (
     EXIT_REJECTED,
-    console,
     emit_json,
     fmt_time,
+    out_console,
 )
 
 
@@ -149,7 +149,7 @@ def bench(
                 *[fmt_time(row["peers"].get(p)) for p in chosen],
                 text,
             )
-        console.print(table)
+        out_console.print(table)
     if not verdict.accepted:
         raise SystemExit(EXIT_REJECTED)
 

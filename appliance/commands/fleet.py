@@ -17,6 +17,7 @@ from appliance.output import (
     console,
     emit_json,
     ensure_writable_dir,
+    out_console,
 )
 
 FLEET_EPILOG = (
@@ -291,13 +292,13 @@ def _finish(command: str, results, as_json: bool, report_inputs=None, extra=None
         )
     else:
         if report is not None:
-            console.print(render_table(report, title=f"fleet {command}"))
+            out_console.print(render_table(report, title=f"fleet {command}"))
         else:
-            console.print(_status_table(command, results))
+            out_console.print(_status_table(command, results))
         for r in results:
             for note in r.notes:
-                console.print(f"  {r.host}: {note}")
-        console.print(f"{len(results) - len(failed)} ok, {len(failed)} failed")
+                out_console.print(f"  {r.host}: {note}")
+        out_console.print(f"{len(results) - len(failed)} ok, {len(failed)} failed")
     return report
 
 

@@ -17,6 +17,7 @@ from appliance.output import (
     console,
     emit_json,
     ensure_writable_dir,
+    out_console,
 )
 
 
@@ -35,8 +36,8 @@ def host_check(as_json: bool) -> None:
     if as_json:
         emit_json(report)
         return
-    console.print(report["note"])
-    console.print(render_checks_table(report["checks"]))
+    out_console.print(report["note"])
+    out_console.print(render_checks_table(report["checks"]))
 
 
 @host.command("profiles")
@@ -50,7 +51,7 @@ def host_profiles(as_json: bool) -> None:
     if as_json:
         emit_json([{"name": p.name, "description": p.description} for p in profiles])
     else:
-        console.print(render_profiles_table(profiles))
+        out_console.print(render_profiles_table(profiles))
 
 
 SIMULATE = click.option(
@@ -144,12 +145,14 @@ def host_apply(
             }
         )
         return
-    console.print(render_plan_table(changes))
+    out_console.print(render_plan_table(changes))
     if result is None:
-        console.print("dry run: nothing changed (add --apply, as root, to perform it)")
+        out_console.print("dry run: nothing changed (add --apply, as root, to perform it)")
     else:
         sim = f" --simulate {simulate} --sim-dir {sim_dir}" if simulate else ""
-        console.print(f"applied; undo with: autotune host restore --journal {result.journal}{sim}")
+        out_console.print(
+            f"applied; undo with: autotune host restore --journal {result.journal}{sim}"
+        )
 
 
 @host.command("restore", epilog=EXIT_CODES_HELP)
@@ -177,4 +180,4 @@ def host_restore(
     if as_json:
         emit_json({"journal": str(path), "note": result.note})
     else:
-        console.print(result.note)
+        out_console.print(result.note)

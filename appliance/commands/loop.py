@@ -20,6 +20,7 @@ from appliance.output import (
     console,
     emit_json,
     ensure_writable_dir,
+    out_console,
 )
 
 
@@ -249,8 +250,8 @@ def loop(
         from appliance.progress import render_final_table
 
         if result.final:
-            console.print(render_final_table(result))
-        console.print(
+            out_console.print(render_final_table(result))
+        out_console.print(
             f"stopped ({result.stop['code']}): {result.stop_reason}; "
             f"results: {out_dir / 'results.tsv'}; workspace: {result.workspace}"
         )

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from appliance.output import EXIT_CODES_HELP, EXIT_REJECTED, UsageFailure, console, emit_json
+from appliance.output import (
+    EXIT_CODES_HELP,
+    EXIT_REJECTED,
+    UsageFailure,
+    console,
+    emit_json,
+    out_console,
+)
 
 DEVICE = click.option(
     "--device",
@@ -94,11 +101,11 @@ def print_verdict(data: dict, as_json: bool) -> None:
         emit_json(data)
         return
     colour = "green" if data["verdict"] == "accepted" else "red"
-    console.print(
+    out_console.print(
         f"[{colour}]{data['verdict']}[/{colour}] {data['candidate']} {data.get('params') or ''} on {data['device']}"
     )
     for r in data["reasons"]:
-        console.print(f"  {r['code']}: {r['message']}")
+        out_console.print(f"  {r['code']}: {r['message']}")
 
 
 def write_json(path: Path, data: dict) -> None:

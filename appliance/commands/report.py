@@ -17,6 +17,7 @@ from appliance.output import (
     console,
     emit_json,
     fmt_time,
+    out_console,
 )
 
 
@@ -37,12 +38,14 @@ def report_validate(file: Path, as_json: bool) -> None:
     errors = [str(e) for e in unreadable or validate_report(doc)]
     if as_json:
         emit_json({"file": str(file), "valid": not errors, "errors": errors})
+    elif unreadable:  # bad input, as the other commands' usage errors
+        raise UsageFailure("; ".join(errors))
     elif errors:
-        console.print(f"[red]invalid[/red] {file}")
+        out_console.print(f"[red]invalid[/red] {file}")
         for e in errors:
-            console.print(f"  {e}")
+            out_console.print(f"  {e}")
     else:
-        console.print(f"[green]valid[/green] {file}")
+        out_console.print(f"[green]valid[/green] {file}")
     if errors:
         raise SystemExit(EXIT_USAGE if unreadable else EXIT_REJECTED)
 
@@ -83,10 +86,10 @@ def report_render(file: Path, html_out: Path | None, md_out: Path | None) -> Non
         raise UsageFailure(f"{file}: report is not valid ({len(errors)} errors):\n{lines}")
     if html_out is not None:
         _write(html_out, render_html(doc))
-        console.print(f"html: {html_out}")
+        out_console.print(f"html: {html_out}")
     if md_out is not None:
         _write(md_out, render_markdown(doc))
-        console.print(f"markdown: {md_out}")
+        out_console.print(f"markdown: {md_out}")
 
 
 @report.command("verify", epilog=EXIT_CODES_HELP)
@@ -134,11 +137,11 @@ def _print_verification(result) -> None:
             f"[{colour}]{r.status}[/{colour}]",
             r.why,
         )
-    console.print(table)
+    out_console.print(table)
     for note in result.notes:
-        console.print(f"  no claim: {note}")
+        out_console.print(f"  no claim: {note}")
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items())
-    console.print(f"{counts}; {'holds' if result.holds else 'does not hold'}")
+    out_console.print(f"{counts}; {'holds' if result.holds else 'does not hold'}")
 
 
 @report.command("compare", epilog=EXIT_CODES_HELP)
@@ -161,7 +164,7 @@ def _print_comparison(data: dict, a: Path, b: Path) -> None:
 
     for side, path in (("a", a), ("b", b)):
         s = data[side]
-        console.print(
+        out_console.print(
             f"{side.upper()}: {path} ({s['created']}, {s['hostname']}, {s['gpu'] or 'no GPU'}, "
             f"profile {s['profile'] or 'none'} {s['profile_mode'] or ''})"
         )
@@ -179,22 +182,22 @@ def _print_comparison(data: dict, a: Path, b: Path) -> None:
             f"{fmt_time(r['b_s'])} {r['b_kernel']}",
             f"{r['ratio']:.3f}{interval}",
         )
-    console.print(table)
+    out_console.print(table)
     for side in ("a", "b"):
         for name in data[f"only_in_{side}"]:
-            console.print(f"  only in {side.upper()}: {name}")
+            out_console.print(f"  only in {side.upper()}: {name}")
     for name, sides in data["gains"].items():
         if sides["a"] or sides["b"]:
-            console.print(f"  {name} gain: A {_gain(sides['a'])}, B {_gain(sides['b'])}")
+            out_console.print(f"  {name} gain: A {_gain(sides['a'])}, B {_gain(sides['b'])}")
     if data["environment"]:
         env = Table(title="environment differences")
         for col in ("field", "A", "B"):
             env.add_column(col)
         for d in data["environment"]:
             env.add_row(d["path"], str(d["a"]), str(d["b"]))
-        console.print(env)
+        out_console.print(env)
     else:
-        console.print("  same environment")
+        out_console.print("  same environment")
 
 
 def _gain(g: dict | None) -> str:

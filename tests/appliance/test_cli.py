@@ -125,6 +125,17 @@ def test_candidate_with_syntax_error_is_rejected_with_its_code() -> None:
     assert [r["code"] for r in json.loads(result.stdout)["reasons"]] == ["syntax-error"]
 
 
+def test_results_go_to_stdout_and_errors_to_stderr() -> None:
+    """`autotune host profiles > file` keeps the table; an error is not mixed into it."""
+    verified = autotune("verify", "rmsnorm", "torch_rmsnorm.py")
+    assert verified.returncode == 0 and "accepted" in verified.stdout
+    assert "accepted" not in verified.stderr
+    profiles = autotune("host", "profiles")
+    assert profiles.returncode == 0 and "overclock" in profiles.stdout
+    missing = autotune("verify", "rmsnorm", "missing.py")
+    assert missing.returncode == 2 and missing.stdout == "" and "is not a file" in missing.stderr
+
+
 def test_a_candidate_that_is_not_utf8_is_rejected_with_its_code(tmp_path) -> None:
     latin1 = tmp_path / "latin1.py"
     latin1.write_bytes(

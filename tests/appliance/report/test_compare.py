@@ -74,4 +74,4 @@ def test_cli_compare_reads_v1_and_v2_files(tmp_path: Path) -> None:
     ]
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert text.returncode == 0
-    assert "fingerprint/versions/torch" in text.stderr and "32768x7168" in text.stderr
+    assert "fingerprint/versions/torch" in text.stdout and "32768x7168" in text.stdout
