@@ -499,7 +499,7 @@ KERNEL_SETTINGS = {"max_dynamic_shared_size_bytes", "preferred_shared_memory_car
 # attention. A name of LONG_OP or more letters (underscores and case ignored) is forbidden
 # inside a library's longer names too (torch.native_layer_norm, nn.CrossEntropyLoss,
 # nn.Softmax2d); a shorter one only as itself (`mm` would forbid `symmetric_memory`, `linear`
-# Gluon's `DistributedLinearLayout`). `dot` is absent on purpose: it would also ban tl.dot.
+# Gluon's `DistributedLinearLayout`). Dot products are apart (LIBRARY_DOTS): Triton's is allowed.
 LONG_OP = 7
 LIBRARY_GEMM = "library-gemm"
 LIBRARY_GEMM_OPS = (

@@ -179,5 +179,5 @@ CANDIDATES = {
     "cpu": ["torch_fp8_gemm.py"],
 }
 
-# Library ops that implement the task. `dot` is absent on purpose: it would also ban tl.dot.
+# Library ops that implement the task (dot products too, but for Triton's tl.dot: loop/guards.py).
 FORBIDDEN_OPS = ("library-gemm",)
