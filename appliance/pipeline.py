@@ -433,7 +433,7 @@ def _tasks_with_candidates(tasks: list, device: str, every: bool) -> tuple[list,
     refused when named."""
     runnable, skipped = [], []
     for task in tasks:
-        if not getattr(task.module, "DISTRIBUTED", False) and task.candidate_paths(device):
+        if not task.distributed and task.candidate_paths(device):
             runnable.append(task)
         elif every:
             skipped.append(task.name)
@@ -442,7 +442,7 @@ def _tasks_with_candidates(tasks: list, device: str, every: bool) -> tuple[list,
                 f"task {task.name} has no single-process candidate on {device}"
                 + (
                     " (it runs one process per GPU: scripts/bench_allreduce_gpu.sh)"
-                    if getattr(task.module, "DISTRIBUTED", False)
+                    if task.distributed
                     else ""
                 )
             )

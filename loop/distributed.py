@@ -294,7 +294,7 @@ def run_distributed_task(
     """Verify and time a distributed task's candidates on `world_size` ranks ("cuda": NCCL, one
     GPU per rank, all GPUs by default; "cpu": gloo, 2 ranks by default)."""
     task = load_task(task_name)
-    if not getattr(task.module, "DISTRIBUTED", False):
+    if not task.distributed:
         raise ValueError(f"task {task.name!r} is not a distributed task (no DISTRIBUTED = True)")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device not in ("cuda", "cpu"):

@@ -793,6 +793,12 @@ def _names_op(name: str, ops: set[str], library: bool = True) -> bool:
     return name in ops or (library and any(len(op) >= LONG_OP and op in name for op in ops))
 
 
+def _foreign_dot(name: str, top: str | None) -> bool:
+    """A dot product (LIBRARY_DOTS) from anywhere but Triton (`top`: the package the name is
+    reached from, None for a value's attribute), whose tl.dot is the kernel's own."""
+    return name in LIBRARY_DOTS and top != "triton"
+
+
 def _module_attribute(node: ast.Attribute, module_names: set[str]) -> bool:
     """Whether `node` is a module's attribute (torch.nn.functional.conv1d), not one of a value a
     call returned (the candidate's compiled extension, a tensor)."""
@@ -867,9 +873,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                     reasons.append(
                         reason("forbidden-call", f"line {node.lineno}: cupy raw CUDA bindings")
                     )
-                elif _names_op(alias.name, ops) or (
-                    dots and alias.name in LIBRARY_DOTS and top != "triton"
-                ):
+                elif _names_op(alias.name, ops) or (dots and _foreign_dot(alias.name, top)):
                     reasons.append(
                         reason("calls-reference", f"line {node.lineno}: imports {alias.name}")
                     )
@@ -960,7 +964,7 @@ def check_source(source: str, filename: str, forbidden_ops: tuple[str, ...] = ()
                 )
             elif (
                 _names_op(node.attr, ops, _module_attribute(node, module_names))
-                or (dots and node.attr in LIBRARY_DOTS and aliases.get(root or "") != "triton")
+                or (dots and _foreign_dot(node.attr, aliases.get(root or "")))
             ) and not (node.attr in bound and own_roots.holds(node.value)):
                 reasons.append(
                     reason(

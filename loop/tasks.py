@@ -191,6 +191,12 @@ class Task:
     def bucket_key(self) -> str | None:
         return getattr(self.module, "BUCKET_KEY", None)
 
+    @property
+    def distributed(self) -> bool:
+        """Whether the task's candidates run one process per GPU (its DISTRIBUTED): verified and
+        timed by loop.distributed.run_distributed_task, not by the single-process evaluator."""
+        return bool(getattr(self.module, "DISTRIBUTED", False))
+
     def candidate_paths(self, device: str) -> list[Path]:
         key = "cuda" if device.startswith("cuda") else "cpu"
         return [self.folder / name for name in self.candidates.get(key, [])]

@@ -558,7 +558,7 @@ def _call(runner: Runner, inputs: tuple):
     return runner.fn(*inputs, **runner.params)
 
 
-def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None, twin=False):
+def _verify(ctx: Context, shape, runner: Runner, seed: int, cache: dict | None, twin: bool = False):
     """None when `runner` is right on `shape` with inputs from `seed`; else the reason. With a
     `cache` (peers only) the inputs and the reference are drawn and computed once per seed. A
     shape's ragged `twin` may be refused with a ValueError (REFUSED: the decoder blocks run the

@@ -50,7 +50,7 @@ def candidate_args(task_name: str, candidate: str, params: str | None):
         task = load_task(task_name)
     except TaskError as exc:
         raise UsageFailure(str(exc)) from exc
-    if getattr(task.module, "DISTRIBUTED", False):
+    if task.distributed:
         raise UsageFailure(
             f"task {task.name} runs one process per GPU: verify and time its candidates with "
             "loop.distributed.run_distributed_task (scripts/bench_allreduce_gpu.sh), not here"

@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 
 
-def autotune(*args: str) -> subprocess.CompletedProcess:
+def autotune(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "appliance", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "appliance", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
@@ -45,13 +49,7 @@ def test_restore_without_a_journal_has_nothing_to_do(tmp_path: Path) -> None:
     journal named with --journal that is not there is bad input (a typo must not pass for a
     restore)."""
     env = {**os.environ, "AUTOTUNE_HOST_JOURNAL": str(tmp_path / "journal.jsonl")}
-    result = subprocess.run(
-        [sys.executable, "-m", "appliance", "host", "restore", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    result = autotune("host", "restore", "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert "nothing to restore" in json.loads(result.stdout)["note"]
     named = autotune("host", "restore", "--journal", str(tmp_path / "typo.jsonl"))
