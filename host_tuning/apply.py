@@ -36,11 +36,10 @@ from host_tuning.fact import REAL_ROOT
 from host_tuning.journal import (
     JournalEntry,
     JournalError,
-    JournalOpenError,
     append_record,
     close_journal,
     from_earlier_boot,
-    open_message,
+    open_error,
     owner_alive,
     process_identity,
     read_journal,
@@ -59,6 +58,8 @@ OnRecord = Callable[[Record], None]
 class ApplyError(Exception):
     """An apply or restore that did not happen, or was undone; the message is for users."""
 
+    needs_restore = False  # the message sends the user to `autotune host restore`
+
 
 class ApplyRefused(ApplyError):
     """Refused before any change: not root, GPU in use."""
@@ -70,6 +71,8 @@ class ApplyFailed(ApplyError):
 
 class RestoreError(ApplyError):
     """Some settings could not be put back; the journal stays open for `host restore`."""
+
+    needs_restore = True
 
 
 class ApplyInterrupted(BaseException):
@@ -291,7 +294,7 @@ def _apply(
 ) -> ApplyResult:
     existing = read_journal(journal_path)
     if existing is not None and not existing.closed:
-        raise JournalOpenError(open_message(existing))
+        raise open_error(existing)
     changes = plan(profile, backend, index, cpu_root=cpu_root)
     planned = [c for c in changes if c.status == "planned"]
     if not planned:

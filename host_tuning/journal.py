@@ -27,6 +27,8 @@ ENV_PATH = "AUTOTUNE_HOST_JOURNAL"
 class JournalError(Exception):
     """The journal cannot be used (unreadable, foreign, busy); the message says what to do."""
 
+    needs_restore = False  # the message sends the user to `autotune host restore`
+
 
 class JournalOpenError(JournalError):
     """An earlier apply's journal is still open: restore it before applying again."""
@@ -158,7 +160,7 @@ def start_journal(path: Path, header: dict[str, Any]) -> None:
     path = Path(path)
     existing = read_journal(path)
     if existing is not None and not existing.closed:
-        raise JournalOpenError(open_message(existing))
+        raise open_error(existing)
     line = json.dumps({"event": "open", "format": FORMAT, **header, "time": time.time()})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +169,7 @@ def start_journal(path: Path, header: dict[str, Any]) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
     except FileExistsError:
         raced = read_journal(path)
-        raise JournalOpenError(open_message(raced) if raced else f"{path} appeared") from None
+        raise (open_error(raced) if raced else JournalOpenError(f"{path} appeared")) from None
     except OSError as err:
         raise JournalPathError(f"cannot create journal {path}: {err.strerror or err}") from err
     try:
@@ -182,8 +184,20 @@ def close_journal(path: Path, reason: str) -> None:
     append_record(path, {"event": "close", "reason": reason})
 
 
+def open_error(journal: Journal) -> JournalOpenError:
+    """The refusal to apply over `journal`, an open one; it needs a restore unless the process
+    that applied it still runs (and restores on exit)."""
+    error = JournalOpenError(open_message(journal))
+    error.needs_restore = not _applied_elsewhere(journal)
+    return error
+
+
+def _applied_elsewhere(journal: Journal) -> bool:
+    return owner_alive(journal.header) and journal.header.get("pid") != os.getpid()
+
+
 def open_message(journal: Journal) -> str:
-    if owner_alive(journal.header) and journal.header.get("pid") != os.getpid():
+    if _applied_elsewhere(journal):
         return (
             f"another apply is running: {journal.describe()}; stop that process "
             "(it restores its changes on exit) before applying again"

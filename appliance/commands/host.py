@@ -128,7 +128,7 @@ def host_apply(
         )
     except USER_ERRORS as exc:
         console.print(f"[red]refused[/red]: {exc}")
-        if simulate and "host restore" in str(exc):
+        if simulate and getattr(exc, "needs_restore", False):
             console.print(
                 f"(on the simulated device: add --simulate {simulate} --sim-dir {sim_dir})"
             )

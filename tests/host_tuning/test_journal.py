@@ -68,13 +68,33 @@ def test_an_open_journal_blocks_a_new_one_and_a_closed_one_is_kept_as_prev(
 ) -> None:
     path = started(tmp_path)
     append_record(path, change(1))
-    with pytest.raises(JournalOpenError, match="run `autotune host restore --journal "):
+    with pytest.raises(JournalOpenError, match="run `autotune host restore --journal ") as refused:
         start_journal(path, {"profile": "stable", **process_identity()})
+    assert refused.value.needs_restore
     close_journal(path, "restored")
     start_journal(path, {"profile": "stable", **process_identity()})
     assert read_journal(path).header["profile"] == "stable"
     previous = read_journal(path.with_name(path.name + ".prev"))
     assert previous.header["profile"] == "max" and previous.closed
+
+
+def test_a_journal_whose_apply_still_runs_elsewhere_needs_no_restore(tmp_path: Path) -> None:
+    code = (
+        "import json, sys, time; sys.path[:0] = [sys.argv[1]]; "
+        "from host_tuning.journal import process_identity as p; "
+        "print(json.dumps(p()), flush=True); time.sleep(60)"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    with subprocess.Popen([sys.executable, "-c", code, root], stdout=subprocess.PIPE) as child:
+        try:
+            owner = json.loads(child.stdout.readline())
+            path = tmp_path / "host-journal.jsonl"
+            start_journal(path, {"profile": "max", **owner})
+            with pytest.raises(JournalOpenError, match="another apply is running") as refused:
+                start_journal(path, {"profile": "max", **process_identity()})
+            assert not refused.value.needs_restore
+        finally:
+            child.kill()
 
 
 def test_a_line_torn_by_a_crash_is_skipped_and_the_next_record_starts_clean(
