@@ -10,6 +10,8 @@
 #   tests   pytest -m gpu (TESTS: paths and options, split on spaces; TESTS_K: a -k expression,
 #           which may hold spaces, e.g. TESTS_K="gluon or fold"); the log names each test and its
 #           outcome, so a run cut short by its limit still says which tests passed
+#   tables  scripts/verify_dispatch_gpu.py: every candidate entry of the dispatch tables in
+#           TABLES_DIR verified with the evaluator at its shapes (ragged twins, capture; TABLES_ARGS)
 #   bench   tuned Triton RMSNorm against its peers at the large shapes
 #   run     the whole `autotune run`
 #   host    autotune host check --json
@@ -82,6 +84,11 @@ for stage in "$@"; do
         [ -n "${TESTS_K:-}" ] && select=(-k "$TESTS_K")
         timeout "$(limit "${TESTS_TIMEOUT:-300}")" python3 -m pytest -v -m gpu -p no:cacheprovider \
             --timeout "${TEST_TIMEOUT:-300}" "${select[@]}" ${TESTS:---ignore=tests/appliance/fleet tests} 2>&1 | tee "$OUT/pytest-gpu.log" | tail -25
+        ;;
+    tables)
+        timeout "$(limit "${TABLES_TIMEOUT:-400}")" python3 scripts/verify_dispatch_gpu.py \
+            "${TABLES_DIR:?tables needs TABLES_DIR}" --json "$OUT/tables.json" ${TABLES_ARGS:-} 2>&1 |
+            tee "$OUT/tables.log" | tail -60
         ;;
     allreduce)
         PYTHON=python3 timeout "$(limit "${ALLREDUCE_TIMEOUT:-240}")" bash scripts/bench_allreduce_gpu.sh "$OUT/allreduce" 2>&1 | tee "$OUT/allreduce.log" | tail -40
