@@ -118,7 +118,8 @@ def _verify_salt(k: int) -> int:
 
 
 RAGGED_SALT = 7919  # draws the length of a shape's ragged twin
-RAGGED_DRAWS = 6  # twins drawn while the candidate refuses them
+RAGGED_CHECKED = 3  # ragged twins verified a shape (each a fresh length)
+RAGGED_DRAWS = 12  # twins drawn a shape at most, refused ones included
 REFUSED = object()  # what _verify gives for a twin the candidate refused (a ValueError)
 
 
@@ -381,9 +382,11 @@ def _verify_body(ctx: Context, runners: list[Runner], excluded, chan: Channel) -
 
 
 def _verify_ragged_twins(ctx: Context, shape, runner: Runner, chan: Channel):
-    """None when `runner` is right at a ragged twin of `shape` (the task's, if it has them) or
-    refuses RAGGED_DRAWS of them; else the reason. A refused twin draws another length, so that
-    refusing one class of lengths (the odd ones, say) does not hide a wrong answer at another."""
+    """None when `runner` is right at RAGGED_CHECKED ragged twins of `shape` (the task's, if it
+    has them), refusing the others it is given, within RAGGED_DRAWS draws; else the reason. A
+    refused twin draws another length, and more than one length is checked, so that refusing one
+    class of lengths (the odd ones, say) does not hide a wrong answer at another."""
+    checked = 0
     for draw in range(RAGGED_DRAWS):
         twin = ctx.task.ragged_twin(shape, _mix(ctx.secret, shape.seed, RAGGED_SALT + draw))
         if twin is None:
@@ -391,8 +394,13 @@ def _verify_ragged_twins(ctx: Context, shape, runner: Runner, chan: Channel):
         chan.mark(runner.label, shape.name)
         seed = _mix(ctx.secret, twin.seed, _verify_salt(0))
         why = _verify(ctx, twin, runner, seed, None, twin=True)
-        if why is not REFUSED:
+        if why is REFUSED:
+            continue
+        if why is not None:
             return why
+        checked += 1
+        if checked == RAGGED_CHECKED:
+            return None
     return None
 
 

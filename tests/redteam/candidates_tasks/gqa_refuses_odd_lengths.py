@@ -1,7 +1,7 @@
 """Entry 13: refuses every odd cache length off the measured ones with a ValueError (the decoder
 blocks then run the eager op), and is one token short at the even ones. With one twin per shape it
-passed whenever the twins' draws were odd; a refused twin now draws another length, up to six
-(all six odd at all three CPU shapes: about 3e-6)."""
+passed whenever the twins' draws were odd; a refused twin now draws another length, up to
+twelve (all twelve odd at all three CPU shapes: about 1.5e-11)."""
 
 import math
 
