@@ -2,7 +2,7 @@
 
 A claim is "on this task and shape, this candidate with these parameters is r x [lo, hi] as fast
 as this peer". `judge` decides, without measuring anything: reproduced (the re-measured interval
-overlaps the claimed one, widened by a tolerance), not reproduced (both numbers given), or not
+overlaps the claimed one, counted no wider than the re-measurement's and widened by a tolerance), not reproduced (both numbers given), or not
 comparable (a different GPU, driver or CPU, or a changed candidate file, saying which).
 """
 
@@ -160,7 +160,10 @@ def judge(
     if measured is None:
         return ClaimResult(claim, NOT_REPRODUCED, f"claimed {claimed}; {failure or 'not measured'}")
     got = _fmt(measured.ratio, measured.ci_low, measured.ci_high)
-    low, high = claim.ci_low / (1 + tolerance), claim.ci_high * (1 + tolerance)
+    # The claimed interval counts no wider, relative to its ratio, than the re-measurement's own:
+    # a report's interval is its own word, and a wide one would overlap anything.
+    low = max(claim.ci_low, claim.ratio * measured.ci_low / measured.ratio) / (1 + tolerance)
+    high = min(claim.ci_high, claim.ratio * measured.ci_high / measured.ratio) * (1 + tolerance)
     if measured.ci_low <= high and measured.ci_high >= low:
         return ClaimResult(claim, REPRODUCED, f"claimed {claimed}, measured {got}", measured)
     return ClaimResult(claim, NOT_REPRODUCED, f"claimed {claimed}, measured {got}", measured)

@@ -78,9 +78,12 @@ def validate_report(doc: Any) -> list[ReportError]:
                 "schema_version", f"unknown schema version {version!r}; this autotune reads {known}"
             )
         ]
-    errors = _non_finite_numbers(doc, [])
-    for error in _validator(version).iter_errors(doc):
-        errors.extend(_explain(error))
+    try:
+        errors = _unusable_values(doc, [])
+        for error in _validator(version).iter_errors(doc):
+            errors.extend(_explain(error))
+    except RecursionError:
+        return [ReportError(ROOT, "nested too deep to be a report")]
     if not errors:
         errors.extend(_semantic_errors(doc))
     return sorted(set(errors), key=lambda e: (e.path, e.message))
@@ -95,6 +98,8 @@ def validate_file(path: str | Path) -> list[ReportError]:
 def read_json_file(path: str | Path) -> tuple[Any, list[ReportError]]:
     """Parse a JSON file: (document, []) or (None, [the file-level error])."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO or a device would block the read
+        return None, [ReportError(FILE, f"cannot read {path}: not a regular file")]
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -108,6 +113,8 @@ def read_json_file(path: str | Path) -> tuple[Any, list[ReportError]]:
         return None, [ReportError(FILE, f"{path} is not JSON: {exc.msg} {where}")]
     except ValueError as exc:
         return None, [ReportError(FILE, f"{path} is not JSON: {exc}")]
+    except RecursionError:
+        return None, [ReportError(FILE, f"{path} is nested too deep to be a report")]
 
 
 def _reject_constant(name: str) -> float:
@@ -161,13 +168,31 @@ def _branch_types(branches: list[dict]) -> str:
     return " or ".join(names) or "one of the allowed forms"
 
 
-def _non_finite_numbers(value: Any, where: list) -> list[ReportError]:
+# Beyond any quantity a report measures (times, bytes, FLOPs, ratios): larger numbers only
+# overflow the renderers' arithmetic.
+LARGEST_NUMBER = 1e100
+
+
+def _unusable_values(value: Any, where: list) -> list[ReportError]:
+    """Numbers that are not finite or beyond LARGEST_NUMBER, and strings that are not valid
+    Unicode (a lone surrogate), which no renderer can write."""
     if isinstance(value, float) and not math.isfinite(value):
         return [ReportError(_path(where), f"{value} is not a finite number")]
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and abs(value) > LARGEST_NUMBER
+    ):
+        return [ReportError(_path(where), f"the number is beyond {LARGEST_NUMBER:.0e}")]
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return [ReportError(_path(where), "the text is not valid Unicode (a lone surrogate)")]
     if isinstance(value, dict):
-        return [e for k, v in value.items() for e in _non_finite_numbers(v, [*where, k])]
+        return [e for k, v in value.items() for e in _unusable_values(v, [*where, k])]
     if isinstance(value, list):
-        return [e for i, v in enumerate(value) for e in _non_finite_numbers(v, [*where, i])]
+        return [e for i, v in enumerate(value) for e in _unusable_values(v, [*where, i])]
     return []
 
 
@@ -182,11 +207,22 @@ def _semantic_errors(doc: dict) -> list[ReportError]:
         lo, hi = noise["aa_ratio_ci"]
         if lo > hi:
             errors.append(ReportError("noise/aa_ratio_ci", f"low end {lo} is above high end {hi}"))
+    seen_tasks: set[tuple[str, str]] = set()
     for t, task in enumerate(doc["tasks"]):
         base = ["tasks", t]
+        key = (task["task"], task["device"])
+        if key in seen_tasks:  # claims and re-measurements are keyed by task and shape name
+            errors.append(ReportError(_path([*base, "task"]), f"task {key[0]!r} on {key[1]} twice"))
+        seen_tasks.add(key)
         peer_names = set()
+        shape_names: set[str] = set()
         for s, shape in enumerate(task["shapes"]):
             where = [*base, "shapes", s]
+            if shape["name"] in shape_names:
+                errors.append(
+                    ReportError(_path([*where, "name"]), f"shape {shape['name']!r} appears twice")
+                )
+            shape_names.add(shape["name"])
             peer_names.update(shape["peers"])
             for name, timing in shape["peers"].items():
                 errors += _timing_interval([*where, "peers", name], timing)
@@ -279,6 +315,8 @@ def _ratio_interval(where: list, obj: dict) -> list[ReportError]:
 
 
 def _timing_interval(where: list, timing: dict) -> list[ReportError]:
+    if timing["ci_low_s"] <= 0:
+        return [ReportError(_path([*where, "ci_low_s"]), "a time must be above 0 s")]
     return _interval(where, timing, "median_s", "ci_low_s", "ci_high_s")
 
 

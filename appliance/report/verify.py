@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from appliance.report.claims import (
     DEFAULT_TOLERANCE,
@@ -22,6 +23,10 @@ from appliance.report.claims import (
 )
 
 Progress = Callable[[str], None]
+
+# The most tolerance a report's own noise floor may ask for: the report under test does not get
+# to set how loosely it is judged (--tolerance, the user's, may go up to 1).
+MAX_REPORT_TOLERANCE = 0.5
 
 
 @dataclass
@@ -73,7 +78,7 @@ def verify_report(
     here = here_fingerprint if here_fingerprint is not None else collect_fingerprint()
     if tolerance is None:
         floor = (doc.get("noise") or {}).get("noise_floor", 0.0)
-        tolerance = max(DEFAULT_TOLERANCE, floor)
+        tolerance = min(max(DEFAULT_TOLERANCE, floor), MAX_REPORT_TOLERANCE)
     claims, notes = claims_of(doc)
     results: list[ClaimResult] = []
     for group in _groups(claims):
@@ -101,10 +106,11 @@ def verify_report(
 
 
 def _groups(claims: list[Claim]) -> list[list[Claim]]:
-    """Claims that one evaluator call can re-measure: same task, device, candidate, params."""
+    """Claims that one evaluator call can re-measure: same task, device, candidate, params, and
+    the same sha256 (each checked against the file: a group's first claim speaks for all)."""
     groups: dict[tuple, list[Claim]] = {}
     for c in claims:
-        key = (c.task, c.device, c.candidate, json.dumps(c.params, sort_keys=True))
+        key = (c.task, c.device, c.candidate, json.dumps(c.params, sort_keys=True), c.sha256)
         groups.setdefault(key, []).append(c)
     return list(groups.values())
 
@@ -115,13 +121,17 @@ def _measure(
     """(ratio per shape, why per unmeasured shape, differences that make the group incomparable)."""
     from baselines.stats import ratio_interval
     from loop.evaluator import QUICK_RULE, CandidateSpec, evaluate
-    from loop.tasks import TaskError, load_task
+    from loop.tasks import TaskError, available_tasks, kernels_root, load_task
 
     first = group[0]
+    if first.task not in available_tasks():  # a name, never a folder the report points at
+        return {}, {}, [f"task {first.task!r} is not one of this install's tasks"]
     try:
-        task = load_task(first.task)
+        task = load_task(kernels_root() / first.task)
     except TaskError as exc:
         return {}, {}, [f"task {first.task!r} is not available here: {exc}"]
+    if Path(first.candidate).name != first.candidate or first.candidate in ("", ".", ".."):
+        return {}, {}, [f"candidate {first.candidate!r} is not a file name in the task folder"]
     path = task.folder / f"{first.candidate}.py"
     if not path.is_file():
         return {}, {}, [f"candidate file {path} is not here"]
