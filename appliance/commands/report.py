@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.text import Text
 
 from appliance.commands.options import (
     JSON,
@@ -41,13 +42,18 @@ def report_validate(file: Path, as_json: bool) -> None:
     elif unreadable:  # bad input, as the other commands' usage errors
         raise UsageFailure("; ".join(errors))
     elif errors:
-        out_console.print(f"[red]invalid[/red] {file}")
+        out_console.print(Text.assemble(("invalid", "red"), f" {file}"))
         for e in errors:
-            out_console.print(f"  {e}")
+            out_console.print(_literal(f"  {e}"))
     else:
-        out_console.print(f"[green]valid[/green] {file}")
+        out_console.print(Text.assemble(("valid", "green"), f" {file}"))
     if errors:
         raise SystemExit(EXIT_USAGE if unreadable else EXIT_REJECTED)
+
+
+def _literal(text: object) -> Text:
+    """`text` as Rich prints it, read as no markup: report strings such as `[/x]` are data."""
+    return Text(str(text))
 
 
 def _load(file: Path) -> dict:
@@ -86,10 +92,10 @@ def report_render(file: Path, html_out: Path | None, md_out: Path | None) -> Non
         raise UsageFailure(f"{file}: report is not valid ({len(errors)} errors):\n{lines}")
     if html_out is not None:
         _write(html_out, render_html(doc))
-        out_console.print(f"html: {html_out}")
+        out_console.print(_literal(f"html: {html_out}"))
     if md_out is not None:
         _write(md_out, render_markdown(doc))
-        out_console.print(f"markdown: {md_out}")
+        out_console.print(_literal(f"markdown: {md_out}"))
 
 
 @report.command("verify", epilog=EXIT_CODES_HELP)
@@ -110,7 +116,7 @@ def report_verify(file: Path, quick: bool, tolerance: float | None, as_json: boo
     from appliance.report.verify import verify_report
 
     doc = _load(file)
-    say = None if as_json else (lambda m: console.print(f"  {m}"))
+    say = None if as_json else _say
     result = verify_report(doc, quick=quick, tolerance=tolerance, progress=say)
     if as_json:
         emit_json({"file": str(file), **result.to_dict()})
@@ -120,26 +126,30 @@ def report_verify(file: Path, quick: bool, tolerance: float | None, as_json: boo
         raise SystemExit(EXIT_REJECTED)
 
 
+def _say(message: str) -> None:
+    console.print(_literal(f"  {message}"))
+
+
 def _print_verification(result) -> None:
     from rich.table import Table
 
     colours = {"reproduced": "green", "not-reproduced": "red", "not-comparable": "yellow"}
     table = Table(title=f"claims (tolerance {result.tolerance:.3g})")
     for col in ("task", "shape", "candidate vs peer", "status", "claimed / measured"):
-        table.add_column(col)
+        table.add_column(_literal(col))
     for r in result.results:
         c = r.claim
         colour = colours[r.status]
         table.add_row(
-            c.task,
-            c.shape,
-            f"{c.candidate} {c.params or ''} vs {c.peer}",
-            f"[{colour}]{r.status}[/{colour}]",
-            r.why,
+            _literal(c.task),
+            _literal(c.shape),
+            _literal(f"{c.candidate} {c.params or ''} vs {c.peer}"),
+            Text(r.status, style=colour),
+            _literal(r.why),
         )
     out_console.print(table)
     for note in result.notes:
-        out_console.print(f"  no claim: {note}")
+        out_console.print(_literal(f"  no claim: {note}"))
     counts = ", ".join(f"{n} {s}" for s, n in result.counts().items())
     out_console.print(f"{counts}; {'holds' if result.holds else 'does not hold'}")
 
@@ -165,36 +175,38 @@ def _print_comparison(data: dict, a: Path, b: Path) -> None:
     for side, path in (("a", a), ("b", b)):
         s = data[side]
         out_console.print(
-            f"{side.upper()}: {path} ({s['created']}, {s['hostname']}, {s['gpu'] or 'no GPU'}, "
-            f"profile {s['profile'] or 'none'} {s['profile_mode'] or ''})"
+            _literal(
+                f"{side.upper()}: {path} ({s['created']}, {s['hostname']}, "
+                f"{s['gpu'] or 'no GPU'}, profile {s['profile'] or 'none'} {s['profile_mode'] or ''})"
+            )
         )
     table = Table(title="per shape: A time / B time (above 1: B faster)")
     for col in ("task", "shape", "A", "B", "A/B [interval]"):
-        table.add_column(col)
+        table.add_column(_literal(col))
     for r in data["shapes"]:
         interval = (
             f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r["ci_low"] and r["ci_high"] else ""
         )
         table.add_row(
-            r["task"],
-            r["shape"],
-            f"{fmt_time(r['a_s'])} {r['a_kernel']}",
-            f"{fmt_time(r['b_s'])} {r['b_kernel']}",
+            _literal(r["task"]),
+            _literal(r["shape"]),
+            _literal(f"{fmt_time(r['a_s'])} {r['a_kernel']}"),
+            _literal(f"{fmt_time(r['b_s'])} {r['b_kernel']}"),
             f"{r['ratio']:.3f}{interval}",
         )
     out_console.print(table)
     for side in ("a", "b"):
         for name in data[f"only_in_{side}"]:
-            out_console.print(f"  only in {side.upper()}: {name}")
+            out_console.print(_literal(f"  only in {side.upper()}: {name}"))
     for name, sides in data["gains"].items():
         if sides["a"] or sides["b"]:
             out_console.print(f"  {name} gain: A {_gain(sides['a'])}, B {_gain(sides['b'])}")
     if data["environment"]:
         env = Table(title="environment differences")
         for col in ("field", "A", "B"):
-            env.add_column(col)
+            env.add_column(_literal(col))
         for d in data["environment"]:
-            env.add_row(d["path"], str(d["a"]), str(d["b"]))
+            env.add_row(_literal(d["path"]), _literal(d["a"]), _literal(d["b"]))
         out_console.print(env)
     else:
         out_console.print("  same environment")

@@ -5,7 +5,7 @@ the subset `render_md` writes: headings, tables, code fences, lists, paragraphs,
 from __future__ import annotations
 
 import re
-from html import escape
+from html import escape, unescape
 
 from appliance.report.document import checked
 from appliance.report.plots import Plot, all_plots
@@ -120,7 +120,7 @@ def _headline(doc: dict) -> str:
 def markdown_to_html(md: str) -> str:
     """HTML for the Markdown subset `render_md` writes."""
     out: list[str] = []
-    lines = md.splitlines()
+    lines = md.split("\n")  # not splitlines(): that also breaks at \x1c, \u2028 and others
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -165,7 +165,7 @@ def _block_start(line: str) -> bool:
 
 def _cells(line: str) -> list[str]:
     parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
-    return [p.strip().replace("\\|", "|") for p in parts]
+    return [p.strip() for p in parts]
 
 
 def _table(rows: list[str]) -> str:
@@ -181,8 +181,14 @@ def _table(rows: list[str]) -> str:
 def _inline(text: str) -> str:
     parts = re.split(r"(`[^`]+`)", text)
     return "".join(
-        f"<code>{escape(p[1:-1])}</code>"
+        f"<code>{escape(_plain(p[1:-1]))}</code>"
         if p.startswith("`") and p.endswith("`") and len(p) > 1
-        else escape(p)
+        else escape(_plain(p))
         for p in parts
     )
+
+
+def _plain(md: str) -> str:
+    """The text that `render_md` escaped into `md`: backslash escapes and entities undone
+    (also in code spans, where `render_md` escapes report strings too)."""
+    return unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", md))

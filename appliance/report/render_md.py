@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from appliance.report.document import InvalidReport, checked
 
 DASH = "—"
 _STATUS_ORDER = {"fail": 0, "warn": 1, "unknown": 2, "pass": 3}
+# Every character that CommonMark or Python's str.splitlines (the HTML converter's) ends a line on.
+_LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+# Characters that open a block (heading, quote, list, rule, fence, table) at the start of a line.
+_BLOCK_MARKS = tuple("#>-+*=_~`|")
 
 
 __all__ = ["InvalidReport", "render_markdown"]
@@ -36,11 +41,11 @@ def render_markdown(doc: dict) -> str:
 
 def _title(doc: dict, version: str) -> str:
     gpus = doc["fingerprint"]["gpus"]
-    where = ", ".join(g["name"] for g in gpus) if gpus else "no GPU (CPU run)"
-    schema = f"Report schema v{version}"
+    where = ", ".join(_text(g["name"]) for g in gpus) if gpus else "no GPU (CPU run)"
+    schema = f"Report schema v{_text(version)}"
     if version != doc["schema_version"]:
-        schema += f", read as v{doc['schema_version']}"
-    return f"# autotune report\n\nCreated {doc['created']} on {where}. {schema}."
+        schema += f", read as v{_text(doc['schema_version'])}"
+    return f"# autotune report\n\nCreated {_text(doc['created'])} on {where}. {schema}."
 
 
 def _environment(fp: dict) -> str:
@@ -87,7 +92,7 @@ def _environment(fp: dict) -> str:
         ("GPU ids", "redacted" if fp["ids_redacted"] else "kept"),
     ]
     table = _table(["what", "value"], rows)
-    note = f"\n\n{fp['note']}" if fp.get("note") else ""
+    note = f"\n\n{_paragraph(fp['note'])}" if fp.get("note") else ""
     return f"## Environment\n\n{table}{note}"
 
 
@@ -117,7 +122,7 @@ def _host(host: dict) -> str:
     lines = ["## Host checks"]
     lines.append("GPU present." if host["gpu_present"] else "No GPU present: ran on the CPU.")
     if host["note"]:
-        lines.append(host["note"])
+        lines.append(_paragraph(host["note"]))
     checks = sorted(host["checks"], key=lambda c: _STATUS_ORDER[c["status"]])
     if checks:
         rows = [
@@ -145,17 +150,18 @@ def _profile(profile: dict | None) -> str:
     if profile is None:
         return "## Profile\n\nNo tuning profile was chosen."
     mode = "planned only (dry run)" if profile["mode"] == "dry-run" else "applied"
-    lines = [f"`{profile['name']}`, {mode}."]
+    lines = [f"`{_text(profile['name'])}`, {mode}."]
     if profile.get("applied_at"):
-        lines[0] += f" Applied at {profile['applied_at']}."
+        lines[0] += f" Applied at {_text(profile['applied_at'])}."
     if profile.get("restored") is not None:
         lines[0] += " Restored afterwards." if profile["restored"] else " NOT fully restored."
     if profile.get("restored_at"):
-        lines[0] += f" Restored at {profile['restored_at']}."
+        lines[0] += f" Restored at {_text(profile['restored_at'])}."
     if profile.get("journal"):
-        lines.append(f"Journal: `{profile['journal']}`.")
+        lines.append(f"Journal: `{_text(profile['journal'])}`.")
     if profile.get("restore_errors"):
-        lines.append("Could not undo:\n\n" + "\n".join(f"- {e}" for e in profile["restore_errors"]))
+        errors = "\n".join(f"- {_paragraph(e)}" for e in profile["restore_errors"])
+        lines.append("Could not undo:\n\n" + errors)
     if not profile["changes"]:
         lines[0] += " No changes needed."
         return "## Profile\n\n" + "\n\n".join(lines)
@@ -177,9 +183,9 @@ def _profile(profile: dict | None) -> str:
 
 def _baselines(baselines: dict) -> str:
     env = baselines["environment"]
-    lines = ["## Baselines", f"Environment: {env['kind']}."]
+    lines = ["## Baselines", f"Environment: {_text(env['kind'])}."]
     if env["evidence"]:
-        lines[-1] += " Evidence: " + "; ".join(env["evidence"]) + "."
+        lines[-1] += " Evidence: " + "; ".join(_text(e) for e in env["evidence"]) + "."
     if baselines["metrics"]:
         rows = [
             (
@@ -201,13 +207,13 @@ def _baselines(baselines: dict) -> str:
 
 def _baseline_comparison(c: dict) -> str:
     a, b = c["label_a"], c["label_b"]
-    head = f"### {a} versus {b}"
-    kinds = [k for k in (c.get("kind_a"), c.get("kind_b")) if k]
+    head = f"### {_text(a)} versus {_text(b)}"
+    kinds = [_text(k) for k in (c.get("kind_a"), c.get("kind_b")) if k]
     text = [head]
     if len(kinds) == 2:
-        text.append(f"{a} is {kinds[0]}, {b} is {kinds[1]}.")
+        text.append(f"{_text(a)} is {kinds[0]}, {_text(b)} is {kinds[1]}.")
     if c.get("summary"):
-        text.append(c["summary"])
+        text.append(_paragraph(c["summary"]))
     rows = [
         (
             m.get("title") or m["name"],
@@ -230,7 +236,8 @@ def _noise(noise: dict | None) -> str:
     threshold = 1 + max(noise["min_effect"], noise["noise_floor"])
     where = ""
     if noise.get("task"):
-        where = f" on {noise['task']}" + (f" {noise['shape']}" if noise.get("shape") else "")
+        shape = f" {_text(noise['shape'])}" if noise.get("shape") else ""
+        where = f" on {_text(noise['task'])}{shape}"
     same = ""
     if noise.get("decisions_same") is not None:
         same = f', {noise["decisions_same"]} of them "same"'
@@ -267,8 +274,9 @@ def _gains(gains: dict | None) -> str:
 def _end_to_end(e: dict) -> str:
     tuned, base = e["tuned"], e["baseline"]
     intro = (
-        f"### End to end: {e['workload']}\n\n"
-        f"{tuned['kernels']} on {tuned['host']} against {base['kernels']} on {base['host']}, "
+        f"### End to end: {_text(e['workload'])}\n\n"
+        f"{_text(tuned['kernels'])} on {_text(tuned['host'])} against "
+        f"{_text(base['kernels'])} on {_text(base['host'])}, "
         "measured as one interleaved comparison (not a product of the ratios below)."
     )
     rows = [
@@ -292,8 +300,8 @@ def _blocks(r: dict | None) -> str:
 
 
 def _task(task: dict) -> str:
-    title = f"## Task `{task['task']}` ({task['device']}, {task['dtype']})"
-    languages = ", ".join(task["language_used"]) or DASH
+    title = f"## Task `{_text(task['task'])}` ({_text(task['device'])}, {_text(task['dtype'])})"
+    languages = ", ".join(_text(x) for x in task["language_used"]) or DASH
     kept = f", {task['kept']} kept" if task.get("kept") is not None else ""
     summary = (
         f"{task['trials']} trials, {task['accepted']} accepted{kept}. Languages tried: {languages}."
@@ -305,10 +313,10 @@ def _task(task: dict) -> str:
             bits.append(f"{_num(ceilings['bytes_per_s'] / 1e12)} TB/s")
         if ceilings["flops_per_s"]:
             bits.append(f"{_num(ceilings['flops_per_s'] / 1e12)} TFLOP/s")
-        source = f" ({ceilings['source']})" if ceilings.get("source") else ""
+        source = f" ({_text(ceilings['source'])})" if ceilings.get("source") else ""
         summary += f" Ceilings: {', '.join(bits) or 'none measured'}{source}."
     if task.get("dispatch_file"):
-        summary += f" Dispatch table file: `{task['dispatch_file']}`."
+        summary += f" Dispatch table file: `{_text(task['dispatch_file'])}`."
     return "\n\n".join(
         p
         for p in [
@@ -464,7 +472,7 @@ def _telemetry(series: dict | None) -> str:
     reasons = sorted({r for x in samples for r in x.get("reasons", [])})
     text = f"## GPU telemetry over the run\n\n{len(samples)} samples over {_num(span)} s."
     if reasons:
-        text += " Clock event reasons seen: " + ", ".join(reasons) + "."
+        text += " Clock event reasons seen: " + ", ".join(_text(r) for r in reasons) + "."
     if rows:
         text += "\n\n" + _table(["what", "min", "median", "max"], rows)
     return text
@@ -473,7 +481,7 @@ def _telemetry(series: dict | None) -> str:
 def _reproduce(reproduce: dict) -> str:
     parts = ["## Reproduce", _code(reproduce["command"])]
     if reproduce.get("working_dir"):
-        parts.insert(1, f"From `{reproduce['working_dir']}`:")
+        parts.insert(1, f"From `{_text(reproduce['working_dir'])}`:")
     if reproduce.get("env"):
         rows = sorted(reproduce["env"].items())
         parts.append("With the environment:\n\n" + _table(["variable", "value"], rows))
@@ -555,14 +563,33 @@ def _value(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "))
 
 
+def _text(value: Any) -> str:
+    """`value` as Markdown text on one line that shows as written: no HTML, no new block.
+
+    Newlines become a space; backslashes, `&` and `<` are escaped (CommonMark reads `&lt;` as
+    text), so a string from the report opens no tag, comment, heading or table. Every raw HTML
+    construct starts with `<`, so `>` stays readable ("tokens > 16384").
+    """
+    one_line = _LINE_BREAKS.sub(" ", str(value))
+    return one_line.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;")
+
+
+def _paragraph(value: Any) -> str:
+    """`_text` for a string that starts a line: a leading block marker is escaped as well."""
+    text = _text(value).strip()
+    if text.startswith(_BLOCK_MARKS):
+        return "\\" + text
+    return re.sub(r"^(\d{1,9})([.)])", r"\1\\\2", text)  # "1." would start a list
+
+
 def _cell(value: Any) -> str:
-    text = DASH if value is None or value == "" else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    text = DASH if value is None or value == "" else _text(value)
+    return text.replace("|", "\\|")
 
 
 def _table(headers: list[str], rows: list) -> str:
     lines = [
-        "| " + " | ".join(headers) + " |",
+        "| " + " | ".join(_cell(h) for h in headers) + " |",
         "|" + "|".join("---" for _ in headers) + "|",
     ]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
