@@ -140,7 +140,7 @@ def _measure(
         return {}, {}, [f"candidate {path.name} changed since the report (sha256 {digest[:12]})"]
     known = {s.name for s in task.shapes(first.device)}
     missing = [c.shape for c in group if c.shape not in known]
-    shapes = [c.shape for c in group if c.shape in known]
+    shapes = list(dict.fromkeys(c.shape for c in group if c.shape in known))
     failures = {s: f"shape {s} is no longer in task {task.name}" for s in missing}
     if not shapes:
         return {}, failures, []

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from appliance.report import validate_report
-from appliance.report.claims import NOT_REPRODUCED, REPRODUCED, Claim, Measured, judge
+from appliance.report.claims import (
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+    Measured,
+    claims_of,
+    judge,
+)
 from appliance.report.schema import validate_file
 from appliance.report.verify import MAX_REPORT_TOLERANCE, _groups, _measure, verify_report
 from tests.appliance.report.sample_v2 import sample_v2
@@ -27,6 +34,20 @@ def test_a_wide_claimed_interval_does_not_reproduce_whatever_is_measured() -> No
     measured = Measured(0.93, 0.90, 0.96)
     assert judge(_claim(50.0, 0.5, 100.0), measured, [], 0.01).status == NOT_REPRODUCED
     assert judge(_claim(0.94, 0.92, 0.96), measured, [], 0.01).status == REPRODUCED
+
+
+def test_the_winners_shown_speedup_is_a_claim_too_not_only_the_incumbents() -> None:
+    doc = sample_v2()
+    before = claims_of(doc)[0]
+    shape = doc["tasks"][0]["shapes"][2]
+    shape["winner"]["speedup_vs_best_peer"] = {"ratio": 8.0, "ci_low": 7.9, "ci_high": 8.1}
+    claims = claims_of(doc)[0]
+    assert len(claims) == len(before) + 1
+    (eight,) = [c for c in claims if c.ratio == 8.0]
+    assert (eight.shape, eight.candidate) == (shape["name"], shape["winner"]["candidate"])
+    incumbent = shape["incumbent_speedup_vs_best_peer"]["ratio"]
+    measured = Measured(incumbent, incumbent * 0.99, incumbent * 1.01)
+    assert judge(eight, measured, [], 0.01).status == NOT_REPRODUCED
 
 
 def test_the_report_cannot_loosen_its_own_tolerance() -> None:

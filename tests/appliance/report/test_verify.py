@@ -54,8 +54,8 @@ def _claims_on_the_real_report(cpu_run: Path) -> dict:
     path = task.folder / "torch_rmsnorm.py"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     shapes = doc["tasks"][0]["shapes"]
-    claims = [
-        ({}, digest, {"ratio": 1.0, "ci_low": 0.2, "ci_high": 5.0}),
+    claims = [  # judged with a tolerance of 1 (2x either way): the first is surely true
+        ({}, digest, {"ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1}),
         ({}, digest, {"ratio": 40.0, "ci_low": 38.0, "ci_high": 42.0}),
         ({"method": "vector_norm"}, "0" * 64, {"ratio": 1.0, "ci_low": 0.9, "ci_high": 1.1}),
     ]
@@ -63,6 +63,7 @@ def _claims_on_the_real_report(cpu_run: Path) -> dict:
         shape["best_peer"] = "eager"
         shape["incumbent_spec"] = {"candidate": "torch_rmsnorm", "params": params, "sha256": sha}
         shape["incumbent_speedup_vs_best_peer"] = ratio
+        shape["winner"] = None  # its shown speedup would be a claim of its own
     for shape in shapes[3:]:
         shape["peers"] = {}
         shape["best_peer"] = None
@@ -75,7 +76,7 @@ def test_verify_re_measures_claims_and_tells_true_from_false(
     cpu_run: Path, here_fingerprint: dict
 ) -> None:
     doc = _claims_on_the_real_report(cpu_run)
-    result = verify_report(doc, here_fingerprint=here_fingerprint, quick=True)
+    result = verify_report(doc, here_fingerprint=here_fingerprint, quick=True, tolerance=1.0)
     by_shape = {r.claim.shape: r for r in result.results}
     names = [s["name"] for s in doc["tasks"][0]["shapes"]]
     assert list(by_shape) == names[:3]
