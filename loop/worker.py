@@ -118,7 +118,7 @@ def _verify_salt(k: int) -> int:
 
 
 RAGGED_SALT = 7919  # draws the length of a shape's ragged twin
-RAGGED_CHECKED = 3  # ragged twins verified a shape (each a fresh length)
+RAGGED_CHECKED = 3  # ragged twins verified a shape (each length a fresh draw)
 RAGGED_DRAWS = 12  # twins drawn a shape at most, refused ones included
 REFUSED = object()  # what _verify gives for a twin the candidate refused (a ValueError)
 

@@ -105,7 +105,8 @@ def report_render(file: Path, html_out: Path | None, md_out: Path | None) -> Non
     "--tolerance",
     type=click.FloatRange(0, 1),
     default=None,
-    help="Widen each claimed interval by this fraction [default: the report's noise floor, at least 0.01].",
+    help="Widen each claimed interval by this fraction [default: the report's noise floor, "
+    "at least 0.01 and at most 0.5].",
 )
 @JSON
 def report_verify(file: Path, quick: bool, tolerance: float | None, as_json: bool) -> None:
@@ -177,7 +178,8 @@ def _print_comparison(data: dict, a: Path, b: Path) -> None:
         out_console.print(
             _literal(
                 f"{side.upper()}: {path} ({s['created']}, {s['hostname']}, "
-                f"{s['gpu'] or 'no GPU'}, profile {s['profile'] or 'none'} {s['profile_mode'] or ''})"
+                f"{s['gpu'] or 'no GPU'}, "
+                f"profile {s['profile'] or 'none'} {s['profile_mode'] or ''})"
             )
         )
     table = Table(title="per shape: A time / B time (above 1: B faster)")

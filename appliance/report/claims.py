@@ -2,8 +2,10 @@
 
 A claim is "on this task and shape, this candidate with these parameters is r x [lo, hi] as fast
 as this peer". `judge` decides, without measuring anything: reproduced (the re-measured interval
-overlaps the claimed one, counted no wider than the re-measurement's and widened by a tolerance), not reproduced (both numbers given), or not
-comparable (a different GPU, driver or CPU, or a changed candidate file, saying which).
+overlaps the claimed one, counted no wider than the re-measurement's and widened by a
+tolerance), not reproduced (both numbers given), or not comparable (a different GPU, driver or
+CPU, or a changed candidate file, saying which). Besides each shape's claim about its incumbent,
+a winning candidate whose shown speedup differs makes a claim of its own.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ def _winner_claim(shape: dict, claim: Claim) -> Claim | None:
     speedup = winner["speedup_vs_best_peer"]
     if speedup is None:
         return None
+    same_spec = (winner["candidate"], winner["params"]) == (claim.candidate, claim.params)
     own = Claim(
         task=claim.task,
         shape=claim.shape,
@@ -142,7 +145,8 @@ def _winner_claim(shape: dict, claim: Claim) -> Claim | None:
         ci_low=speedup["ci_low"],
         ci_high=speedup["ci_high"],
         basis="measured-ratio",
-        sha256=winner.get("sha256"),
+        # the incumbent's file where the winner is the same candidate: one group, one measurement
+        sha256=winner.get("sha256") or (claim.sha256 if same_spec else None),
     )
     return None if own == claim else own
 

@@ -1,4 +1,4 @@
-"""Forged and hostile reports (the fifteenth red team, 2026-12-08): what a report says about
+"""Forged and hostile reports (the fifteenth red team, 2026-12-07): what a report says about
 itself never makes `report verify` say "reproduced", and values no measurement gives are refused
 by `report validate` with the field named instead of crashing a command later."""
 
@@ -41,10 +41,14 @@ def test_the_winners_shown_speedup_is_a_claim_too_not_only_the_incumbents() -> N
     before = claims_of(doc)[0]
     shape = doc["tasks"][0]["shapes"][2]
     shape["winner"]["speedup_vs_best_peer"] = {"ratio": 8.0, "ci_low": 7.9, "ci_high": 8.1}
+    del shape["winner"]["sha256"]  # as in the red team's report: the incumbent's file stands
     claims = claims_of(doc)[0]
     assert len(claims) == len(before) + 1
     (eight,) = [c for c in claims if c.ratio == 8.0]
     assert (eight.shape, eight.candidate) == (shape["name"], shape["winner"]["candidate"])
+    incumbent_claim = next(c for c in claims if c.shape == eight.shape and c is not eight)
+    assert eight.sha256 == incumbent_claim.sha256  # the same file: measured once, checked once
+    assert len(_groups([incumbent_claim, eight])) == 1
     incumbent = shape["incumbent_speedup_vs_best_peer"]["ratio"]
     measured = Measured(incumbent, incumbent * 0.99, incumbent * 1.01)
     assert judge(eight, measured, [], 0.01).status == NOT_REPRODUCED
