@@ -167,8 +167,10 @@ def environment_differences(report_fp: dict, here_fp: dict, device: str) -> list
         mine = [g["name"] for g in here_fp["gpus"]]
         if not mine:
             return [f"no GPU on this host (the report ran on {', '.join(theirs) or 'a GPU'})"]
+        if not theirs:
+            return ["the report names no GPU for its GPU claims"]
         out = []
-        if theirs and theirs[0] != mine[0]:
+        if theirs[0] != mine[0]:
             out.append(f"GPU: report {theirs[0]}, here {mine[0]}")
         drivers = report_fp["versions"].get("driver"), here_fp["versions"].get("driver")
         if drivers[0] != drivers[1]:

@@ -89,6 +89,13 @@ def test_environment_differences(here: dict, device: str, expected: list[str]) -
     assert environment_differences(_fp("NVIDIA H200", "580.1"), here, device) == expected
 
 
+def test_a_gpu_claim_from_a_report_that_names_no_gpu_is_not_comparable() -> None:
+    here = _fp("NVIDIA H200", "580.1")
+    assert environment_differences(_fp(None, "580.1"), here, "cuda") == [
+        "the report names no GPU for its GPU claims"
+    ]
+
+
 def test_claims_of_a_v2_report_use_the_incumbent_spec_and_its_measured_ratio() -> None:
     doc = sample_v2()
     claims, notes = claims_of(doc)
