@@ -54,7 +54,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from loop.dispatch import Choice, load
 from loop.guards import declares_strided_inputs
-from loop.tasks import TaskError, load_task
+from loop.tasks import Task, TaskError, load_task
 
 EPS = 1e-6
 # mla_decode's kernels fix the softmax scale at 1/sqrt(192) (DeepSeek-V3's 128 + 64); blocks of
@@ -504,6 +504,14 @@ def _workspace_source(run_dir: Path, task_name: str, commit: str, name: str) -> 
     return None
 
 
+def candidate_source(table_dir: Path, task: Task, commit: str, name: str) -> tuple[Path, str]:
+    """A dispatch entry's candidate file and where it came from: its source at the entry's
+    commit from the run's workspace ("workspace commit"), else the task folder's ("task
+    folder")."""
+    path = _workspace_source(table_dir.resolve(), task.name, commit, name)
+    return (path, "workspace commit") if path else (task.folder / name, "task folder")
+
+
 def _contiguous(args: tuple) -> tuple:
     return tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
 
@@ -592,10 +600,7 @@ def _tuned_op(op: str, table: Path, eager: Callable, notes: list[str]) -> Callab
         if skip is not None and skip(dims, choice):
             notes.append(f"{where}: outside the tuned range ({choice.shape}), eager")
             return eager, False
-        path = _workspace_source(table.parent.resolve(), task_name, choice.commit, choice.name)
-        origin = "workspace commit"
-        if path is None:
-            path, origin = task.folder / choice.name, "task folder"
+        path, origin = candidate_source(table.parent, task, choice.commit, choice.name)
         if not path.is_file():
             notes.append(f"{where}: candidate {choice.name} not in {task.folder}, eager")
             return eager, False

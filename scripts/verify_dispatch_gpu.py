@@ -4,7 +4,9 @@ fresh secret seeds, with the task's ragged twins and the CUDA-graph capture chec
 before a check was added (a new input, a ragged twin) is re-checked here against it, so that a
 tuned choice that the stricter evaluator rejects is found before a block or a user runs it.
 
-Entries of one task that share a candidate and its parameters are verified in one evaluator call
+The candidate file is found as the decoder blocks find it (loop.blocks.candidate_source: the
+run's workspace copy at the entry's commit, else the task folder's). Entries of one task that
+share a candidate, its commit and its parameters are verified in one evaluator call
 over their shapes; calls run a few at a time (verification only, nothing is timed).
 
     uv run python scripts/verify_dispatch_gpu.py TABLES_DIR [--seeds 2] [--json OUT]
@@ -27,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loop.blocks import candidate_source  # noqa: E402
 from loop.dispatch import load_dispatch  # noqa: E402
 from loop.evaluator import CandidateSpec, evaluate  # noqa: E402
 from loop.tasks import load_task  # noqa: E402
@@ -38,6 +41,7 @@ class Group:
 
     task: str
     name: str
+    source: Path  # the file verified: the workspace copy at the entry's commit, or the task's
     params: dict
     shapes: list[str]
 
@@ -51,23 +55,28 @@ class GroupVerdict:
 
 
 def candidate_groups(folder: Path, tasks: set[str]) -> list[Group]:
-    groups: dict[tuple[str, str, str], Group] = {}
+    groups: dict[tuple, Group] = {}
     for path in sorted(folder.glob("dispatch-*.json")):
         table = load_dispatch(path)
         if tasks and table["task"] not in tasks:
             continue
+        task = load_task(table["task"])
         for entry in table["entries"]:
             if entry["source"] != "candidate":
                 continue
-            key = (table["task"], entry["name"], json.dumps(entry["params"], sort_keys=True))
-            group = groups.setdefault(key, Group(table["task"], entry["name"], entry["params"], []))
-            group.shapes.append(entry["shape"])
+            commit = entry.get("commit", "")
+            params = json.dumps(entry["params"], sort_keys=True)
+            key = (table["task"], entry["name"], commit, params)
+            if key not in groups:
+                source, _ = candidate_source(folder, task, commit, entry["name"])
+                groups[key] = Group(table["task"], entry["name"], source, entry["params"], [])
+            groups[key].shapes.append(entry["shape"])
     return list(groups.values())
 
 
 def verify_group(group: Group, seeds: int) -> GroupVerdict:
     task = load_task(group.task)
-    spec = CandidateSpec(task.folder / group.name, group.params, group.name)
+    spec = CandidateSpec(group.source, group.params, group.name)
     started = time.monotonic()
     verdict = evaluate(task, [spec], "cuda", shapes=group.shapes, seeds=seeds).by_label(group.name)
     reasons = [f"{r.code}: {r.message}" for r in verdict.reasons]
@@ -106,7 +115,7 @@ def main() -> int:
     rejected = [v for v in results if not v.accepted]
     print(f"{len(results) - len(rejected)} of {len(results)} groups accepted")
     if args.json:
-        args.json.write_text(json.dumps([asdict(v) for v in results], indent=1) + "\n")
+        args.json.write_text(json.dumps([asdict(v) for v in results], indent=1, default=str) + "\n")
     return 1 if rejected else 0
 
 

@@ -10,7 +10,7 @@ a winning candidate whose shown speedup differs makes a claim of its own.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not-reproduced"
@@ -134,13 +134,10 @@ def _winner_claim(shape: dict, claim: Claim) -> Claim | None:
     if speedup is None:
         return None
     same_spec = (winner["candidate"], winner["params"]) == (claim.candidate, claim.params)
-    own = Claim(
-        task=claim.task,
-        shape=claim.shape,
-        device=claim.device,
+    own = replace(
+        claim,
         candidate=winner["candidate"],
         params=dict(winner["params"]),
-        peer=claim.peer,
         ratio=speedup["ratio"],
         ci_low=speedup["ci_low"],
         ci_high=speedup["ci_high"],
